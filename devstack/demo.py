@@ -1,0 +1,235 @@
+"""``make demo``: the whole portal on one machine with nothing installed but Python.
+
+Order matters: the services and the simulated cluster must answer before ``migrate`` and
+``seed_demo`` run, and those must finish before the web server, worker and beat start.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import ssl
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from . import REPO_ROOT, data_dir
+from .services import ServiceError, Services, data_lock, redact, start_services
+from .supervisor import Supervisor
+
+DEFAULT_PORT = 8000
+DEFAULT_SIM_PORT = 6443
+DEFAULT_FLEET = "simcluster/fleets/demo.yaml"
+
+
+class DemoError(RuntimeError):
+    """A precondition failed; the message tells the user what to change."""
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """True when nothing listens on ``host:port`` (binding like a server would)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def port_answers(port: int, host: str = "127.0.0.1") -> bool:
+    """True when something accepts TCP connections on ``host:port``."""
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _env_port(name: str, default: int) -> tuple[int, bool]:
+    value = os.environ.get(name, "")
+    if not value:
+        return default, False
+    try:
+        return int(value), True
+    except ValueError:
+        raise DemoError(f"{name}={value!r} is not a port number") from None
+
+
+def web_port() -> int:
+    """``$PORT`` (default 8000); refuse early and clearly when it is taken."""
+    port, _ = _env_port("PORT", DEFAULT_PORT)
+    if not port_free(port):
+        raise DemoError(
+            f"port {port} is already in use (another `make demo`?). "
+            f"Stop that, or choose another port: PORT={port + 1} make demo"
+        )
+    return port
+
+
+def sim_port() -> int:
+    """``$SIM_PORT``, else 6443 when free (a stable kubeconfig), else any free port."""
+    port, explicit = _env_port("SIM_PORT", DEFAULT_SIM_PORT)
+    if port_free(port):
+        return port
+    if explicit:
+        raise DemoError(f"SIM_PORT={port} is already in use; choose another SIM_PORT")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def sim_answers(kubeconfig: Path, port: int) -> bool:
+    """The simulated cluster is ready once its kubeconfig exists and ``GET /version`` answers."""
+    if not kubeconfig.exists():
+        return False
+    match = re.search(r"server:\s*['\"]?([^\s'\"]+)", kubeconfig.read_text(errors="replace"))
+    server = match.group(1).rstrip("/") if match else f"http://127.0.0.1:{port}"
+    context = ssl._create_unverified_context() if server.startswith("https") else None  # noqa: S323
+    try:
+        with urllib.request.urlopen(f"{server}/version", timeout=1, context=context) as resp:  # noqa: S310
+            return resp.status < 500
+    except urllib.error.HTTPError as exc:
+        return exc.code < 500
+    except (OSError, ValueError):
+        return False
+
+
+def child_env(services: Services, data: Path, kubeconfig: Path) -> dict[str, str]:
+    """The environment every demo process gets (the env contract in docs/development.md)."""
+    env = dict(os.environ)
+    env.update(services.env())
+    env["DATA_DIR"] = str(data)
+    env["SIM_KUBECONFIG"] = str(kubeconfig)
+    env.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    return env
+
+
+def write_env_file(path: Path, values: dict[str, str]) -> None:
+    """``$DATA_DIR/devstack.env``: lets ``manage.py shell`` in another terminal find the demo."""
+    lines = ["# Written by `make demo` while it runs; removed when it stops."]
+    lines += [f"{key}={value}" for key, value in values.items()]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def banner(port: int, seed_output: str, kubeconfig: Path, services: Services) -> list[str]:
+    """What the user needs once everything is up."""
+    rule = "=" * 72
+    lines = ["", rule, f"  GPU quota portal demo:  http://127.0.0.1:{port}/", ""]
+    if seed_output.strip():
+        lines.append("  Demo accounts (from seed_demo):")
+        lines += [f"    {line}" for line in seed_output.strip().splitlines()]
+        lines.append("")
+    lines += [
+        f"  Simulated cluster kubeconfig: {kubeconfig}",
+        f"    kubectl --kubeconfig {kubeconfig} get nodes",
+        "",
+        *(f"  {note}" for note in services.describe()),
+        f"  DATABASE_URL={redact(services.database_url)}",
+        f"  REDIS_URL={services.redis_url}",
+        "",
+        "  Ctrl-C stops everything.",
+        rule,
+        "",
+    ]
+    return lines
+
+
+def run_demo() -> int:
+    """Run the demo until Ctrl-C; the exit code is non-zero when something failed."""
+    data = data_dir()
+    kubeconfig = data / "kubeconfig"
+    fleet = os.environ.get("SIM_FLEET", DEFAULT_FLEET)
+    py = sys.executable
+    sup = Supervisor()
+    try:
+        port = web_port()
+        sport = sim_port()
+        if not (REPO_ROOT / "simcluster" / "__main__.py").exists():
+            raise DemoError("the simulated cluster (simcluster/__main__.py) is missing")
+        if not (REPO_ROOT / fleet).exists():
+            raise DemoError(f"fleet file {fleet} is missing (SIM_FLEET chooses another)")
+        with data_lock(data, wait=False, what="`make demo`", log=sup.log):
+            return _run(sup, data, kubeconfig, fleet, port, sport, py)
+    except (DemoError, ServiceError) as exc:
+        sup.log(f"error: {exc}")
+        return 2
+
+
+def _run(
+    sup: Supervisor, data: Path, kubeconfig: Path, fleet: str, port: int, sport: int, py: str
+) -> int:
+    sup.install_signal_handlers()
+    env_file = data / "devstack.env"
+    services: Services | None = None
+    try:
+        sup.log(f"data in {data} (delete it to start from scratch)")
+        services = start_services(data, persistent=True, log=sup.log)
+        for note in services.describe():
+            sup.log(note)
+        for name, alive in services.health().items():
+            sup.watch(name, alive)
+        write_env_file(env_file, {**services.env(), "SIM_KUBECONFIG": str(kubeconfig)})
+        env = child_env(services, data, kubeconfig)
+        _bring_up(sup, env, services, data, kubeconfig, fleet, port, sport, py)
+    except ServiceError as exc:
+        sup.request_stop(str(exc), failed=True)
+    finally:
+        code = sup.stop()
+        if services is not None:
+            services.stop(sup.log)
+        env_file.unlink(missing_ok=True)
+    sup.log("stopped" if code == 0 else f"stopped (exit code {code})")
+    return code
+
+
+def _bring_up(
+    sup: Supervisor,
+    env: dict[str, str],
+    services: Services,
+    data: Path,
+    kubeconfig: Path,
+    fleet: str,
+    port: int,
+    sport: int,
+    py: str,
+) -> None:
+    """Start everything in order; returns once a stop was requested."""
+    if sup.stopping:
+        return
+    kubeconfig.unlink(missing_ok=True)  # so its reappearance means "this sim is listening"
+    sim = [py, "-m", "simcluster", "--fleet", fleet, "--port", str(sport)]
+    sup.start("sim", [*sim, "--kubeconfig", str(kubeconfig)], env=env, cwd=REPO_ROOT)
+    if not sup.wait_until(lambda: sim_answers(kubeconfig, sport), timeout=60):
+        if not sup.stopping:
+            sup.request_stop(f"the simulated cluster did not answer within 60s (port {sport})", True)
+        return
+
+    seed_output = ""
+    for name, argv in (
+        ("migrate", [py, "manage.py", "migrate", "--noinput"]),
+        ("seed", [py, "manage.py", "seed_demo", "--kubeconfig", str(kubeconfig)]),
+    ):
+        rc, seed_output = sup.run_once(name, argv, env=env, cwd=REPO_ROOT)
+        if sup.stopping:
+            return
+        if rc != 0:
+            sup.request_stop(f"`manage.py {argv[2]}` failed with exit code {rc}", failed=True)
+            return
+
+    sup.start(
+        "web", [py, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"], env=env, cwd=REPO_ROOT
+    )
+    celery = [py, "-m", "celery", "-A", "portal"]
+    sup.start(
+        "worker", [*celery, "worker", "-l", "INFO", "--concurrency", "2"], env=env, cwd=REPO_ROOT
+    )
+    schedule = str(data / "celerybeat-schedule")
+    sup.start("beat", [*celery, "beat", "-l", "INFO", "-s", schedule], env=env, cwd=REPO_ROOT)
+    if sup.wait_until(lambda: port_answers(port), timeout=60):
+        sup.block(banner(port, seed_output, kubeconfig, services))
+        sup.run_forever()
+    elif not sup.stopping:
+        sup.request_stop(f"the web server did not listen on port {port} within 60s", failed=True)

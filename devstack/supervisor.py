@@ -1,0 +1,341 @@
+"""A small process supervisor, in the spirit of foreman/honcho.
+
+Every child runs in its own session (so its own process group): a Ctrl-C in the terminal reaches
+only the supervisor, which then stops the children in order, and a group signal also reaches the
+grandchildren (Celery's pool processes). Output is prefixed with the child's name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+import psutil
+
+NAME_WIDTH = 8
+# cyan, yellow, magenta, green, blue, bright cyan, bright yellow, bright magenta
+COLOURS = ("36", "33", "35", "32", "34", "96", "93", "95")
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@dataclass
+class Child:
+    """One started command; ``pgid`` equals its pid since it leads its own session."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    oneshot: bool
+    captured: list[str] | None
+    reader: threading.Thread | None = None
+    pgid: int = 0
+
+
+class Supervisor:
+    """Starts named children, relays their output, and stops all of them together."""
+
+    def __init__(
+        self,
+        out: TextIO | None = None,
+        *,
+        colour: bool | None = None,
+        stop_timeout: float = 10.0,
+        poll_interval: float = 0.1,
+    ) -> None:
+        self.out = out if out is not None else sys.stdout
+        if colour is None:
+            colour = _isatty(self.out) and not os.environ.get("NO_COLOR")
+        self.colour = colour
+        self.stop_timeout = stop_timeout
+        self.poll_interval = poll_interval
+        self.children: list[Child] = []
+        self.watches: dict[str, Callable[[], bool]] = {}
+        self.stop_reason: str | None = None
+        self.failures: list[str] = []
+        self._write_lock = threading.Lock()
+        self._colour_of: dict[str, str] = {}
+        self._seen: dict[tuple[int, float], psutil.Process] = {}
+        self._groups: set[int] = set()
+        self._stopped = False
+
+    # ------------------------------------------------------------------ output
+
+    def prefix(self, name: str) -> str:
+        """``name`` padded to the common width, coloured on a terminal."""
+        label = f"{name:<{NAME_WIDTH}}|"
+        if not self.colour:
+            return label
+        code = self._colour_of.setdefault(name, COLOURS[len(self._colour_of) % len(COLOURS)])
+        return f"\033[{code}m{label}\033[0m"
+
+    def emit(self, name: str, line: str) -> None:
+        """Write one prefixed line; whole lines only, so children never interleave mid-line."""
+        with self._write_lock:
+            self.out.write(f"{self.prefix(name)} {line}\n")
+            self.out.flush()
+
+    def log(self, message: str) -> None:
+        """A line from the supervisor itself."""
+        for line in message.splitlines() or [""]:
+            self.emit("devstack", line)
+
+    def block(self, lines: Sequence[str]) -> None:
+        """Write several unprefixed lines at once (the demo banner)."""
+        with self._write_lock:
+            self.out.write("".join(f"{line}\n" for line in lines))
+            self.out.flush()
+
+    def _pump(self, child: Child) -> None:
+        assert child.proc.stdout is not None
+        for raw in iter(child.proc.stdout.readline, b""):
+            line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+            if child.captured is not None:
+                child.captured.append(line)
+            self.emit(child.name, line)
+        child.proc.stdout.close()
+
+    # ------------------------------------------------------------------ signals
+
+    def install_signal_handlers(self) -> None:
+        """Turn SIGINT/SIGTERM/SIGHUP into an orderly stop; a second Ctrl-C skips the wait."""
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, self._on_signal)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = f"received {signal.Signals(signum).name}"
+        else:
+            self.stop_timeout = 0.0  # impatient user: go straight to SIGKILL
+
+    def request_stop(self, reason: str, *, failed: bool = False) -> None:
+        """Ask the run loop to stop; ``failed`` makes the run exit non-zero."""
+        if failed:
+            self.failures.append(reason)
+        if self.stop_reason is None:
+            self.stop_reason = reason
+
+    @property
+    def stopping(self) -> bool:
+        """True once a stop was requested (signal, dead child, failed step)."""
+        return self.stop_reason is not None
+
+    # ------------------------------------------------------------------ children
+
+    def start(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: Path | str | None = None,
+        oneshot: bool = False,
+        capture: bool = False,
+    ) -> Child:
+        """Start ``argv`` as child ``name``; stdout and stderr both go through the prefixer."""
+        child_env = dict(os.environ if env is None else env)
+        child_env.setdefault("PYTHONUNBUFFERED", "1")
+        proc = subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            env=child_env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        child = Child(name, proc, oneshot, [] if capture else None, pgid=proc.pid)
+        self._groups.add(proc.pid)
+        child.reader = threading.Thread(target=self._pump, args=(child,), daemon=True)
+        child.reader.start()
+        self.children.append(child)
+        self._snapshot()
+        return child
+
+    def watch(self, name: str, alive: Callable[[], bool]) -> None:
+        """Treat ``alive() == False`` like a dead child (used for Postgres and Redis)."""
+        self.watches[name] = alive
+
+    def run_once(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: Path | str | None = None,
+    ) -> tuple[int, str]:
+        """Run a set-up step to completion (interruptible); returns exit code and output."""
+        child = self.start(name, argv, env=env, cwd=cwd, oneshot=True, capture=True)
+        while child.proc.poll() is None:
+            self._tick()
+            if self.stopping:
+                self._signal_group(child.pgid, signal.SIGTERM)
+                try:
+                    child.proc.wait(self.stop_timeout)
+                except subprocess.TimeoutExpired:
+                    self._signal_group(child.pgid, signal.SIGKILL)
+                    child.proc.wait()
+                break
+            time.sleep(self.poll_interval)
+        self._finish_reader(child)
+        # A step must not leave anything behind; once its group is empty, forget the pgid so a
+        # reused pid can never be signalled later.
+        self._signal_group(child.pgid, signal.SIGKILL)
+        self._groups.discard(child.pgid)
+        self.children.remove(child)
+        return child.proc.returncode, "\n".join(child.captured or [])
+
+    def wait_until(self, ready: Callable[[], bool], timeout: float) -> bool:
+        """Supervise until ``ready()``; False on timeout or when a stop was requested."""
+        deadline = time.monotonic() + timeout
+        while not self.stopping:
+            self._tick()
+            if self.stopping:
+                break
+            if ready():
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(self.poll_interval)
+        return False
+
+    def run_forever(self) -> None:
+        """Supervise until a signal arrives or something dies."""
+        while not self.stopping:
+            self._tick()
+            time.sleep(self.poll_interval)
+
+    def _tick(self) -> None:
+        self._snapshot()
+        if self.stopping:
+            return
+        for child in self.children:
+            code = child.proc.poll()
+            if code is not None and not child.oneshot:
+                self._finish_reader(child)
+                self.request_stop(f"{child.name} exited unexpectedly (code {code})", failed=True)
+                return
+        for name, alive in self.watches.items():
+            if not alive():
+                self.request_stop(f"{name} is no longer running", failed=True)
+                return
+
+    def _snapshot(self) -> None:
+        """Remember every process in our trees, to prove at the end that none is left."""
+        for child in self.children:
+            if child.proc.poll() is not None:
+                continue
+            try:
+                root = psutil.Process(child.proc.pid)
+                procs = [root, *root.children(recursive=True)]
+            except psutil.Error:
+                continue
+            for proc in procs:
+                with contextlib.suppress(psutil.Error):
+                    self._seen[(proc.pid, proc.create_time())] = proc
+
+    # ------------------------------------------------------------------ stopping
+
+    def stop(self) -> int:
+        """SIGTERM every group, SIGKILL what is left after ``stop_timeout``; the exit code.
+
+        Non-zero when a child died unexpectedly or a step failed; zero for a requested stop.
+        """
+        if self._stopped:
+            return 1 if self.failures else 0
+        self._stopped = True
+        self._snapshot()
+        if self.stop_reason:
+            self.log(f"stopping: {self.stop_reason}")
+        running = [c for c in self.children if c.proc.poll() is None]
+        if running:
+            self.log("sending SIGTERM to " + ", ".join(c.name for c in running))
+        for pgid in self._groups:
+            self._signal_group(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + self.stop_timeout
+        while time.monotonic() < deadline and self._leftovers():
+            time.sleep(0.05)
+            for child in self.children:
+                child.proc.poll()  # reap, so the leader does not linger as a zombie
+        leftovers = self._leftovers()
+        if leftovers:
+            names = sorted({self._owner(p) for p in leftovers})
+            self.log(f"still running after {self.stop_timeout:.0f}s, SIGKILL: {', '.join(names)}")
+            for pgid in self._groups:
+                self._signal_group(pgid, signal.SIGKILL)
+            for proc in leftovers:
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()
+        for child in self.children:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.proc.wait(5)
+            self._finish_reader(child)
+        self._verify_nothing_left()
+        for reason in self.failures:
+            self.log(f"failed: {reason}")
+        return 1 if self.failures else 0
+
+    def _leftovers(self) -> list[psutil.Process]:
+        """Processes we started (or saw in our groups) that are still alive."""
+        found = {key: p for key, p in self._seen.items() if _alive(p)}
+        if self._groups:
+            for proc in psutil.process_iter():
+                try:
+                    if os.getpgid(proc.pid) in self._groups and _alive(proc):
+                        found[(proc.pid, proc.create_time())] = proc
+                except (OSError, psutil.Error):
+                    continue
+        return list(found.values())
+
+    def _verify_nothing_left(self) -> None:
+        """psutil check: no process from this run survives (the no-orphans promise)."""
+        time.sleep(0.05)
+        leftovers = self._leftovers()
+        for proc in leftovers:
+            with contextlib.suppress(psutil.Error):
+                self.log(f"WARNING: killing orphan pid {proc.pid} {' '.join(proc.cmdline())}")
+                proc.kill()
+        if leftovers:
+            psutil.wait_procs(leftovers, timeout=5)
+
+    def _owner(self, proc: psutil.Process) -> str:
+        try:
+            pgid = os.getpgid(proc.pid)
+        except OSError:
+            return str(proc.pid)
+        for child in self.children:
+            if child.pgid == pgid:
+                return child.name
+        return str(proc.pid)
+
+    @staticmethod
+    def _signal_group(pgid: int, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signum)
+
+    @staticmethod
+    def _finish_reader(child: Child) -> None:
+        # A grandchild that keeps the pipe open would block the reader; do not wait forever.
+        if child.reader is not None:
+            child.reader.join(timeout=2)
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False

@@ -1,0 +1,70 @@
+from django.contrib import admin
+
+from .models import Cluster, GpuPod, NamespaceUsage, Node, NodeResource, SyncRun
+
+
+@admin.register(Cluster)
+class ClusterAdmin(admin.ModelAdmin):
+    list_display = ["name", "slug", "auth_method", "sync_enabled", "sync_status", "last_success_at"]
+    list_filter = ["auth_method", "sync_enabled", "sync_status"]
+    prepopulated_fields = {"slug": ["name"]}
+    readonly_fields = [
+        "sync_status", "last_sync_at", "last_success_at", "last_error", "server_version",
+    ]  # fmt: skip
+    fieldsets = [
+        (None, {"fields": ["name", "slug", "description", "sync_enabled"]}),
+        (
+            "Credentials",
+            {
+                "fields": [
+                    "auth_method",
+                    "kubeconfig_path",
+                    "kubeconfig_context",
+                    "api_url",
+                    "bearer_token",
+                    "bearer_token_file",
+                    "ca_cert",
+                    "verify_tls",
+                ]
+            },
+        ),
+        ("Sync", {"fields": readonly_fields}),
+    ]
+
+
+class NodeResourceInline(admin.TabularInline):
+    model = NodeResource
+    extra = 0
+    can_delete = False
+    readonly_fields = ["resource", "capacity", "allocatable", "requested"]
+
+
+@admin.register(Node)
+class NodeAdmin(admin.ModelAdmin):
+    list_display = ["name", "cluster", "gpu_product", "gpu_count", "mig_strategy", "gone_at"]
+    list_filter = ["cluster", "gpu_product", "mig_capable", "unschedulable"]
+    search_fields = ["name", "gpu_product"]
+    inlines = [NodeResourceInline]
+    readonly_fields = [f.name for f in Node._meta.fields]
+
+
+@admin.register(SyncRun)
+class SyncRunAdmin(admin.ModelAdmin):
+    list_display = ["cluster", "started_at", "status", "duration_ms", "nodes_seen", "gpu_pods_seen"]
+    list_filter = ["cluster", "status"]
+    readonly_fields = [f.name for f in SyncRun._meta.fields]
+
+
+@admin.register(GpuPod)
+class GpuPodAdmin(admin.ModelAdmin):
+    list_display = ["name", "namespace", "cluster", "node_name", "phase"]
+    list_filter = ["cluster", "phase"]
+    search_fields = ["name", "namespace", "node_name"]
+    readonly_fields = [f.name for f in GpuPod._meta.fields]
+
+
+@admin.register(NamespaceUsage)
+class NamespaceUsageAdmin(admin.ModelAdmin):
+    list_display = ["namespace", "cluster", "resource", "requested", "pods"]
+    list_filter = ["cluster", "resource"]
+    readonly_fields = [f.name for f in NamespaceUsage._meta.fields]

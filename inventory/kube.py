@@ -1,0 +1,295 @@
+"""The one gateway to Kubernetes API servers. No other module builds a client.
+
+Everything the portal does to or reads from a cluster goes through ``KubeGateway``:
+bulk reads as raw JSON pages (the typed client's model deserialisation is far too slow
+for 100k objects, GPU-FACTS.md section 2), label/cordon patches, server-side apply.
+Every failure surfaces as ``KubeError`` with ``permanent`` telling callers whether a
+retry can help; transient failures are retried here a bounded number of times.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import urllib3
+from django.conf import settings
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from .models import Cluster
+
+log = logging.getLogger(__name__)
+
+FIELD_MANAGER = "gpu-quota-portal"
+APPLY_PATCH = "application/apply-patch+yaml"
+MERGE_PATCH = "application/merge-patch+json"
+# Status codes worth retrying: throttled, server-side trouble, gateway trouble.
+TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+
+
+class KubeError(Exception):
+    """A failed Kubernetes call. ``permanent`` is False when retrying may succeed."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        reason: str = "",
+        permanent: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+        self.permanent = permanent
+
+    @property
+    def expired(self) -> bool:
+        """A continue token or watch resourceVersion too old (410 Gone): relist."""
+        return self.status == 410
+
+    @classmethod
+    def from_api_exception(cls, err: ApiException) -> KubeError:
+        reason, message = err.reason or "", ""
+        body = err.body.decode() if isinstance(err.body, bytes) else err.body
+        if body:
+            try:
+                payload = json.loads(body)
+                message = payload.get("message", "")
+                reason = payload.get("reason", reason)
+            except (ValueError, AttributeError):
+                message = str(body)[:500]
+        status = err.status or None
+        text = f"HTTP {status} {reason}: {message}".strip().rstrip(":")
+        permanent = status is not None and status not in TRANSIENT_STATUS and status != 410
+        return cls(text, status=status, reason=reason, permanent=permanent)
+
+
+@dataclass(frozen=True, slots=True)
+class ListPage:
+    items: list[dict[str, Any]]
+    resource_version: str
+    continue_token: str | None
+    remaining: int | None
+
+
+def build_api_client(cluster: Cluster) -> client.ApiClient:
+    """An ApiClient for the cluster's configured credentials."""
+    method = cluster.auth_method
+    try:
+        if method == Cluster.AuthMethod.KUBECONFIG:
+            cfg = client.Configuration()
+            config.load_kube_config(
+                config_file=cluster.kubeconfig_path,
+                context=cluster.kubeconfig_context or None,
+                client_configuration=cfg,
+                persist_config=False,
+            )
+        elif method == Cluster.AuthMethod.IN_CLUSTER:
+            cfg = client.Configuration()
+            config.load_incluster_config(client_configuration=cfg)
+        elif method == Cluster.AuthMethod.TOKEN:
+            cfg = client.Configuration(host=cluster.api_url.rstrip("/"))
+            token = cluster.bearer_token
+            if cluster.bearer_token_file:
+                token = Path(cluster.bearer_token_file).read_text().strip()
+            cfg.api_key = {"authorization": f"Bearer {token}"}
+            cfg.verify_ssl = cluster.verify_tls
+            if cluster.ca_cert:
+                cfg.ssl_ca_cert = _ca_file(cluster)
+        else:
+            raise KubeError(f"Unknown auth method {method!r}", permanent=True)
+    except (ConfigException, OSError, TypeError, ValueError) as err:
+        raise KubeError(f"Cannot load credentials: {err}", permanent=True) from err
+    # Retries happen in KubeGateway._call, where they are bounded and logged.
+    cfg.retries = False
+    return client.ApiClient(cfg)
+
+
+def _ca_file(cluster: Cluster) -> str:
+    directory = Path(tempfile.gettempdir()) / "portal-ca"
+    directory.mkdir(mode=0o700, exist_ok=True)
+    path = directory / f"{cluster.pk}.pem"
+    path.write_text(cluster.ca_cert)
+    return str(path)
+
+
+class KubeGateway:
+    """Typed-enough access to one cluster. Construct per task; cheap."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        *,
+        retries: int = 2,
+        backoff: float = 0.5,
+        timeout: float | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.api_client = build_api_client(cluster)
+        self.core = client.CoreV1Api(self.api_client)
+        self.retries = retries
+        self.backoff = backoff
+        self.timeout = timeout if timeout is not None else settings.KUBE_REQUEST_TIMEOUT
+
+    def close(self) -> None:
+        self.api_client.close()
+
+    def __enter__(self) -> KubeGateway:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- plumbing -----------------------------------------------------------------------
+
+    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("_request_timeout", self.timeout)
+        attempt = 0
+        while True:
+            try:
+                return fn(*args, **kwargs)
+            except ApiException as err:
+                error = KubeError.from_api_exception(err)
+            except (urllib3.exceptions.HTTPError, OSError) as err:
+                error = KubeError(f"Cannot reach the API server: {err}", permanent=False)
+            if error.permanent or error.expired or attempt >= self.retries:
+                raise error
+            attempt += 1
+            delay = self.backoff * 2 ** (attempt - 1)
+            log.warning("%s: %s; retry %d in %.1fs", self.cluster.slug, error, attempt, delay)
+            time.sleep(delay)
+
+    def _json(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
+        response = self._call(fn, *args, _preload_content=False, **kwargs)
+        try:
+            return json.loads(response.data)
+        finally:
+            response.release_conn()
+
+    # -- reads --------------------------------------------------------------------------
+
+    def version(self) -> str:
+        info = self._json(client.VersionApi(self.api_client).get_code)
+        return str(info.get("gitVersion", ""))
+
+    def list_pages(
+        self,
+        kind: str,
+        *,
+        limit: int = 500,
+        field_selector: str | None = None,
+        label_selector: str | None = None,
+    ) -> Iterator[ListPage]:
+        """Yield raw pages of ``nodes`` or ``pods`` (all namespaces) until the list ends.
+
+        A 410 on a continue token propagates as ``KubeError(expired)``: the caller decides
+        whether to restart the list (a half-read list is not a consistent snapshot).
+        """
+        fn = {"nodes": self.core.list_node, "pods": self.core.list_pod_for_all_namespaces}[kind]
+        token: str | None = None
+        while True:
+            params: dict[str, Any] = {"limit": limit}
+            if token:
+                params["_continue"] = token
+            if field_selector:
+                params["field_selector"] = field_selector
+            if label_selector:
+                params["label_selector"] = label_selector
+            body = self._json(fn, **params)
+            meta = body.get("metadata") or {}
+            token = meta.get("continue") or None
+            yield ListPage(
+                items=body.get("items") or [],
+                resource_version=meta.get("resourceVersion", ""),
+                continue_token=token,
+                remaining=meta.get("remainingItemCount"),
+            )
+            if not token:
+                return
+
+    def get_node(self, name: str) -> dict[str, Any]:
+        return self._json(self.core.read_node, name)
+
+    def get_resource_quota(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self._json(self.core.read_namespaced_resource_quota, name, namespace)
+        except KubeError as err:
+            if err.status == 404:
+                return None
+            raise
+
+    # -- writes -------------------------------------------------------------------------
+
+    def patch_node_labels(self, name: str, labels: dict[str, str | None]) -> dict[str, Any]:
+        """Set labels (value None removes one) with a JSON merge patch."""
+        body = {"metadata": {"labels": labels}}
+        return self._json(self.core.patch_node, name, body, _content_type=MERGE_PATCH)
+
+    def set_unschedulable(self, name: str, unschedulable: bool) -> dict[str, Any]:
+        """Cordon (True) or uncordon (False) a node."""
+        body = {"spec": {"unschedulable": unschedulable or None}}
+        return self._json(self.core.patch_node, name, body, _content_type=MERGE_PATCH)
+
+    def apply_resource_quota(
+        self,
+        namespace: str,
+        name: str,
+        hard: dict[str, int | str],
+        *,
+        labels: dict[str, str] | None = None,
+        field_manager: str = FIELD_MANAGER,
+    ) -> dict[str, Any]:
+        """Server-side apply a ResourceQuota; fields other managers own stay untouched."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+            "spec": {"hard": {key: str(value) for key, value in hard.items()}},
+        }
+        return self._json(
+            self.core.patch_namespaced_resource_quota,
+            name,
+            namespace,
+            body,
+            field_manager=field_manager,
+            force=True,
+            _content_type=APPLY_PATCH,
+        )
+
+    def apply_config_map(
+        self,
+        namespace: str,
+        name: str,
+        data: dict[str, str],
+        *,
+        labels: dict[str, str] | None = None,
+        field_manager: str = FIELD_MANAGER,
+    ) -> dict[str, Any]:
+        body = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+            "data": data,
+        }
+        return self._json(
+            self.core.patch_namespaced_config_map,
+            name,
+            namespace,
+            body,
+            field_manager=field_manager,
+            force=True,
+            _content_type=APPLY_PATCH,
+        )
+
+    def evict_pod(self, namespace: str, name: str) -> None:
+        body = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=namespace))
+        self._call(self.core.create_namespaced_pod_eviction, name, namespace, body)

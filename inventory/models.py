@@ -1,0 +1,270 @@
+"""Inventory: what the clusters report, mirrored into Postgres by the sync.
+
+Rows here are written only by ``inventory.sync`` (and the admin for clusters). Nodes that
+disappear are marked ``gone_at``, never deleted, so history and foreign keys survive.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import RegexValidator
+from django.db import models
+from django.utils import timezone
+
+GPU_RESOURCE = "nvidia.com/gpu"
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+
+
+def base_product(product: str) -> str:
+    """The GFD product without the time-slicing / MIG-invalid suffix GFD appends."""
+    for suffix in ("-SHARED", "-MIG-INVALID"):
+        if product.endswith(suffix):
+            return product[: -len(suffix)]
+    return product
+
+
+def is_gpu_resource(name: str) -> bool:
+    """True for the resources the portal tracks: whole GPUs and MIG slices."""
+    return name == GPU_RESOURCE or name.startswith(MIG_RESOURCE_PREFIX)
+
+
+class Cluster(models.Model):
+    class AuthMethod(models.TextChoices):
+        KUBECONFIG = "kubeconfig", "kubeconfig file"
+        IN_CLUSTER = "in_cluster", "in-cluster service account"
+        TOKEN = "token", "API URL + bearer token"
+
+    class SyncStatus(models.TextChoices):
+        NEVER = "never", "never synced"
+        OK = "ok", "in sync"
+        FAILED = "failed", "last sync failed"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    slug = models.SlugField(
+        max_length=63,
+        unique=True,
+        validators=[RegexValidator(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "Use a DNS-style name.")],
+    )
+    name = models.CharField(max_length=100)
+    description = models.TextField(blank=True)
+    auth_method = models.CharField(max_length=20, choices=AuthMethod.choices)
+    kubeconfig_path = models.CharField(max_length=500, blank=True)
+    kubeconfig_context = models.CharField(max_length=200, blank=True)
+    api_url = models.URLField(max_length=500, blank=True)
+    # A secret: prefer bearer_token_file (a mounted secret) to keep it out of the database.
+    bearer_token = models.CharField(max_length=4096, blank=True)
+    bearer_token_file = models.CharField(max_length=500, blank=True)
+    ca_cert = models.TextField(blank=True, help_text="PEM; empty uses the system trust store")
+    verify_tls = models.BooleanField(default=True)
+    sync_enabled = models.BooleanField(default=True)
+
+    sync_status = models.CharField(
+        max_length=10, choices=SyncStatus.choices, default=SyncStatus.NEVER
+    )
+    last_sync_at = models.DateTimeField(null=True, blank=True)
+    last_success_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    server_version = models.CharField(max_length=50, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        errors: dict[str, str] = {}
+        if self.auth_method == self.AuthMethod.KUBECONFIG and not self.kubeconfig_path:
+            errors["kubeconfig_path"] = "A kubeconfig path is required for this method."
+        if self.auth_method == self.AuthMethod.TOKEN:
+            if not self.api_url:
+                errors["api_url"] = "The API server URL is required for token access."
+            if not (self.bearer_token or self.bearer_token_file):
+                errors["bearer_token"] = "Give a bearer token or a file that holds one."
+        if errors:
+            raise ValidationError(errors)
+
+    @property
+    def is_stale(self) -> bool:
+        """Data is stale when the last sync failed or the last good one is too old."""
+        if self.last_success_at is None or self.sync_status == self.SyncStatus.FAILED:
+            return True
+        return timezone.now() - self.last_success_at > settings.INVENTORY_STALE_AFTER
+
+    @property
+    def sync_age(self) -> timedelta | None:
+        return None if self.last_success_at is None else timezone.now() - self.last_success_at
+
+
+class SyncRun(models.Model):
+    """One inventory sync of one cluster: an append-only record of what it did."""
+
+    class Status(models.TextChoices):
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="sync_runs")
+    started_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    duration_ms = models.PositiveIntegerField(null=True, blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.RUNNING)
+    trigger = models.CharField(max_length=20, default="beat")
+    nodes_seen = models.PositiveIntegerField(default=0)
+    pods_seen = models.PositiveIntegerField(default=0)
+    gpu_pods_seen = models.PositiveIntegerField(default=0)
+    pages = models.PositiveIntegerField(default=0)
+    list_restarts = models.PositiveIntegerField(default=0)
+    rows_created = models.PositiveIntegerField(default=0)
+    rows_updated = models.PositiveIntegerField(default=0)
+    rows_deleted = models.PositiveIntegerField(default=0)
+    nodes_gone = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-started_at"]
+        indexes = [
+            # Serves "latest runs of a cluster" on the cluster page.
+            models.Index(fields=["cluster", "-started_at"], name="syncrun_cluster_recent"),
+        ]
+
+    @property
+    def rows_written(self) -> int:
+        return self.rows_created + self.rows_updated + self.rows_deleted
+
+
+class NodeQuerySet(models.QuerySet):
+    def present(self) -> NodeQuerySet:
+        return self.filter(gone_at__isnull=True)
+
+    def gpu(self) -> NodeQuerySet:
+        return self.exclude(gpu_product="")
+
+
+class Node(models.Model):
+    """A Kubernetes node, with its GPU Feature Discovery labels parsed into columns."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="nodes")
+    name = models.CharField(max_length=253)
+    uid = models.CharField(max_length=64, blank=True)
+    labels = models.JSONField(default=dict)
+    # nvidia.com/gpu.product as published (e.g. NVIDIA-A100-SXM4-80GB, NVIDIA-L40S-SHARED).
+    gpu_product = models.CharField(max_length=100, blank=True, db_index=True)
+    gpu_count = models.PositiveIntegerField(default=0)
+    gpu_memory_mib = models.PositiveIntegerField(null=True, blank=True)
+    gpu_family = models.CharField(max_length=30, blank=True)
+    compute_capability = models.CharField(max_length=10, blank=True)
+    driver_version = models.CharField(max_length=30, blank=True)
+    mig_capable = models.BooleanField(default=False)
+    mig_strategy = models.CharField(max_length=10, blank=True)
+    mig_config = models.CharField(max_length=100, blank=True)
+    mig_config_state = models.CharField(max_length=20, blank=True)
+    sharing_strategy = models.CharField(max_length=20, blank=True)
+    gpu_replicas = models.PositiveIntegerField(default=1)
+    instance_type = models.CharField(max_length=100, blank=True)
+    unschedulable = models.BooleanField(default=False)
+    ready = models.BooleanField(default=True)
+    # Operand pods paused by mig-manager, or device plugin missing (GPU-FACTS 6).
+    paused_operands = models.JSONField(default=list)
+    k8s_created_at = models.DateTimeField(null=True, blank=True)
+    # Digest of everything above, so an unchanged node costs no write.
+    fingerprint = models.CharField(max_length=32)
+    first_seen_at = models.DateTimeField(default=timezone.now)
+    last_changed_at = models.DateTimeField(default=timezone.now)
+    gone_at = models.DateTimeField(null=True, blank=True)
+
+    objects = NodeQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["cluster__name", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="node_unique_name"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def base_product(self) -> str:
+        return base_product(self.gpu_product)
+
+
+class NodeResource(models.Model):
+    """Capacity, allocatable and pod requests of one GPU resource on one node."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="resources")
+    resource = models.CharField(max_length=100)
+    capacity = models.PositiveIntegerField(default=0)
+    allocatable = models.PositiveIntegerField(default=0)
+    # Sum of requests of non-terminal pods bound to this node.
+    requested = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["resource"]
+        constraints = [
+            models.UniqueConstraint(fields=["node", "resource"], name="noderesource_unique"),
+        ]
+
+    @property
+    def unhealthy(self) -> int:
+        return self.capacity - self.allocatable
+
+    @property
+    def free(self) -> int:
+        return max(self.allocatable - self.requested, 0)
+
+
+class GpuPod(models.Model):
+    """A non-terminal pod that requests GPU resources (pending pods included)."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="gpu_pods")
+    namespace = models.CharField(max_length=63)
+    name = models.CharField(max_length=253)
+    uid = models.CharField(max_length=64, blank=True)
+    node = models.ForeignKey(
+        Node, on_delete=models.SET_NULL, null=True, blank=True, related_name="gpu_pods"
+    )
+    node_name = models.CharField(max_length=253, blank=True)
+    phase = models.CharField(max_length=20)
+    # {"nvidia.com/gpu": 2}: effective pod request per GPU resource.
+    requests = models.JSONField(default=dict)
+    priority_class = models.CharField(max_length=253, blank=True)
+    k8s_created_at = models.DateTimeField(null=True, blank=True)
+    first_seen_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["namespace", "name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "namespace", "name"], name="gpupod_unique_name"
+            ),
+        ]
+        indexes = [
+            # Serves "GPU pods in a namespace" (team pages, usage).
+            models.Index(fields=["cluster", "namespace"], name="gpupod_namespace"),
+        ]
+
+
+class NamespaceUsage(models.Model):
+    """GPU resources requested by non-terminal pods of one namespace, per resource."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="usage")
+    namespace = models.CharField(max_length=63)
+    resource = models.CharField(max_length=100)
+    requested = models.PositiveIntegerField(default=0)
+    pods = models.PositiveIntegerField(default=0)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["namespace", "resource"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "namespace", "resource"], name="nsusage_unique"
+            ),
+        ]

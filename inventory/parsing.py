@@ -1,0 +1,217 @@
+"""Turn raw Kubernetes JSON (dicts, as listed) into the facts the inventory stores.
+
+Pure functions, no Django: the sync calls them for every node and pod of every page, so
+they stay cheap, and they are unit-tested against GPU-FACTS.md section 2.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+
+from .models import is_gpu_resource
+
+NV = "nvidia.com/"
+DEPLOY_LABEL_PREFIX = "nvidia.com/gpu.deploy."
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+_BINARY_SUFFIX = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL_SUFFIX = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+
+
+def parse_quantity(value: str | int | float | None) -> int:
+    """Parse a Kubernetes quantity into an integer count (extended resources are integers).
+
+    ``"4"`` -> 4, ``"2k"`` -> 2000, ``"1Ki"`` -> 1024; fractions round up, as a request of
+    ``500m`` of an integer resource would be refused anyway.
+    """
+    if value is None:
+        return 0
+    if isinstance(value, int | float):
+        return int(-(-value // 1))
+    text = str(value).strip()
+    if not text:
+        return 0
+    for suffix, mult in _BINARY_SUFFIX.items():
+        if text.endswith(suffix):
+            return int(float(text[: -len(suffix)]) * mult)
+    if text.endswith("m"):
+        return -(-int(float(text[:-1])) // 1000)
+    if text[-1] in _DECIMAL_SUFFIX:
+        return int(float(text[:-1]) * _DECIMAL_SUFFIX[text[-1]])
+    number = float(text)
+    return int(-(-number // 1))
+
+
+def _int_label(labels: dict[str, str], key: str, default: int | None = None) -> int | None:
+    try:
+        return int(labels[key])
+    except (KeyError, ValueError):
+        return default
+
+
+def _parse_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFacts:
+    name: str
+    uid: str
+    labels: dict[str, str]
+    gpu_product: str
+    gpu_count: int
+    gpu_memory_mib: int | None
+    gpu_family: str
+    compute_capability: str
+    driver_version: str
+    mig_capable: bool
+    mig_strategy: str
+    mig_config: str
+    mig_config_state: str
+    sharing_strategy: str
+    gpu_replicas: int
+    instance_type: str
+    unschedulable: bool
+    ready: bool
+    paused_operands: list[str]
+    k8s_created_at: datetime | None
+    # {resource: (capacity, allocatable)} for GPU resources only.
+    resources: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def fingerprint(self) -> str:
+        """A digest of every stored field: equal digests mean nothing to write."""
+        data = asdict(self)
+        data["k8s_created_at"] = str(self.k8s_created_at)
+        blob = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+        return hashlib.blake2b(blob, digest_size=16).hexdigest()
+
+
+def parse_node(obj: dict) -> NodeFacts:
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    labels: dict[str, str] = meta.get("labels") or {}
+    capacity = status.get("capacity") or {}
+    allocatable = status.get("allocatable") or {}
+    resources = {
+        name: (parse_quantity(capacity.get(name)), parse_quantity(allocatable.get(name)))
+        for name in capacity.keys() | allocatable.keys()
+        if is_gpu_resource(name)
+    }
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    major, minor = labels.get(NV + "gpu.compute.major"), labels.get(NV + "gpu.compute.minor")
+    paused = sorted(
+        key[len(DEPLOY_LABEL_PREFIX) :]
+        for key, value in labels.items()
+        if key.startswith(DEPLOY_LABEL_PREFIX) and value not in ("true", "")
+    )
+    return NodeFacts(
+        name=meta.get("name", ""),
+        uid=meta.get("uid", ""),
+        labels=labels,
+        gpu_product=labels.get(NV + "gpu.product", ""),
+        gpu_count=_int_label(labels, NV + "gpu.count", 0) or 0,
+        gpu_memory_mib=_int_label(labels, NV + "gpu.memory"),
+        gpu_family=labels.get(NV + "gpu.family", ""),
+        compute_capability=f"{major}.{minor}" if major and minor else "",
+        driver_version=labels.get(NV + "cuda.driver-version.full") or _driver_from_parts(labels),
+        mig_capable=labels.get(NV + "mig.capable") == "true",
+        mig_strategy=labels.get(NV + "mig.strategy", ""),
+        mig_config=labels.get(NV + "mig.config", ""),
+        mig_config_state=labels.get(NV + "mig.config.state", ""),
+        sharing_strategy=labels.get(NV + "gpu.sharing-strategy", ""),
+        gpu_replicas=_int_label(labels, NV + "gpu.replicas", 1) or 1,
+        instance_type=labels.get("node.kubernetes.io/instance-type", ""),
+        unschedulable=bool(spec.get("unschedulable", False)),
+        ready=ready,
+        paused_operands=paused,
+        k8s_created_at=_parse_time(meta.get("creationTimestamp")),
+        resources=resources,
+    )
+
+
+def _driver_from_parts(labels: dict[str, str]) -> str:
+    parts = [labels.get(NV + f"cuda.driver.{p}") for p in ("major", "minor", "rev")]
+    return ".".join(p for p in parts if p) if parts[0] else ""
+
+
+@dataclass(frozen=True, slots=True)
+class PodFacts:
+    namespace: str
+    name: str
+    uid: str
+    node_name: str
+    phase: str
+    requests: dict[str, int]
+    priority_class: str
+    k8s_created_at: datetime | None
+
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+
+def pod_gpu_requests(spec: dict) -> dict[str, int]:
+    """Effective GPU request of a pod: max(any init container, sum of containers) + overhead.
+
+    This is the rule the scheduler and the quota evaluator use (GPU-FACTS.md section 1).
+    Limits count as requests for extended resources when requests are absent.
+    """
+    totals: dict[str, int] = {}
+    for container in spec.get("containers") or ():
+        for name, amount in _container_gpu_requests(container).items():
+            totals[name] = totals.get(name, 0) + amount
+    for container in spec.get("initContainers") or ():
+        for name, amount in _container_gpu_requests(container).items():
+            if amount > totals.get(name, 0):
+                totals[name] = amount
+    for name, value in (spec.get("overhead") or {}).items():
+        if is_gpu_resource(name):
+            totals[name] = totals.get(name, 0) + parse_quantity(value)
+    return {name: amount for name, amount in totals.items() if amount > 0}
+
+
+def _container_gpu_requests(container: dict) -> dict[str, int]:
+    resources = container.get("resources")
+    if not resources:
+        return {}
+    requests = resources.get("requests") or {}
+    limits = resources.get("limits") or {}
+    found: dict[str, int] = {}
+    for name in requests.keys() | limits.keys():
+        if is_gpu_resource(name):
+            found[name] = parse_quantity(requests.get(name, limits.get(name)))
+    return found
+
+
+def parse_gpu_pod(obj: dict) -> PodFacts | None:
+    """Facts of a non-terminal pod that requests GPUs, or None for any other pod."""
+    status = obj.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    if phase in TERMINAL_PHASES:
+        return None
+    spec = obj.get("spec") or {}
+    requests = pod_gpu_requests(spec)
+    if not requests:
+        return None
+    meta = obj.get("metadata") or {}
+    return PodFacts(
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        uid=meta.get("uid", ""),
+        node_name=spec.get("nodeName") or "",
+        phase=phase,
+        requests=requests,
+        priority_class=spec.get("priorityClassName") or "",
+        k8s_created_at=_parse_time(meta.get("creationTimestamp")),
+    )

@@ -1,0 +1,411 @@
+"""Inventory sync: mirror one cluster's nodes and GPU pods into Postgres as a set diff.
+
+One sync lists nodes, then non-terminal pods, page by page with the raw JSON client,
+and writes only what differs from the database (``bulk_create`` / ``bulk_update``),
+one transaction per page. Only a sync that read every page may conclude that something
+vanished: a failed or partial sync leaves the last good data in place and marks the
+cluster failed (stale). An expired continue token restarts that list from scratch.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from .kube import KubeError, KubeGateway, ListPage
+from .models import Cluster, GpuPod, NamespaceUsage, Node, NodeResource, SyncRun
+from .parsing import NodeFacts, PodFacts, parse_gpu_pod, parse_node
+
+log = logging.getLogger(__name__)
+
+NON_TERMINAL_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+MAX_LIST_RESTARTS = 2
+NODE_FIELDS = [
+    "uid", "labels", "gpu_product", "gpu_count", "gpu_memory_mib", "gpu_family",
+    "compute_capability", "driver_version", "mig_capable", "mig_strategy", "mig_config",
+    "mig_config_state", "sharing_strategy", "gpu_replicas", "instance_type", "unschedulable",
+    "ready", "paused_operands", "k8s_created_at",
+]  # fmt: skip
+POD_FIELDS = ["uid", "node_id", "node_name", "phase", "requests", "priority_class"]
+
+Progress = Callable[[str, int, int | None], None]
+
+
+class SyncBusy(Exception):
+    """Another sync of the same cluster holds the lock."""
+
+
+@dataclass
+class SyncStats:
+    nodes_seen: int = 0
+    pods_seen: int = 0
+    gpu_pods_seen: int = 0
+    pages: int = 0
+    list_restarts: int = 0
+    created: int = 0
+    updated: int = 0
+    deleted: int = 0
+    nodes_gone: int = 0
+    extra: dict[str, int] = field(default_factory=dict)
+
+
+def sync_cluster(
+    cluster: Cluster,
+    *,
+    page_size: int | None = None,
+    trigger: str = "beat",
+    progress: Progress | None = None,
+    gateway: KubeGateway | None = None,
+) -> SyncRun:
+    """Sync one cluster and return its SyncRun (succeeded or failed, never raises KubeError).
+
+    Raises SyncBusy when another process is syncing the same cluster.
+    """
+    page_size = page_size or settings.INVENTORY_PAGE_SIZE
+    with _cluster_lock(cluster):
+        run = SyncRun.objects.create(cluster=cluster, trigger=trigger)
+        started = time.monotonic()
+        stats = SyncStats()
+        error = ""
+        try:
+            gw = gateway or KubeGateway(cluster)
+            try:
+                version = gw.version()
+                _Syncer(cluster, gw, stats, page_size, progress).run()
+            finally:
+                if gateway is None:
+                    gw.close()
+        except KubeError as err:
+            error = str(err)
+            version = None
+            log.warning("sync of %s failed: %s", cluster.slug, err)
+        now = timezone.now()
+        run.finished_at = now
+        run.duration_ms = int((time.monotonic() - started) * 1000)
+        run.status = SyncRun.Status.FAILED if error else SyncRun.Status.SUCCEEDED
+        run.error = error
+        run.nodes_seen, run.pods_seen = stats.nodes_seen, stats.pods_seen
+        run.gpu_pods_seen, run.pages = stats.gpu_pods_seen, stats.pages
+        run.list_restarts, run.nodes_gone = stats.list_restarts, stats.nodes_gone
+        run.rows_created, run.rows_updated = stats.created, stats.updated
+        run.rows_deleted = stats.deleted
+        run.save()
+        cluster.last_sync_at = now
+        cluster.last_error = error
+        if error:
+            cluster.sync_status = Cluster.SyncStatus.FAILED
+            Cluster.objects.filter(pk=cluster.pk).update(
+                last_sync_at=now, last_error=error, sync_status=cluster.sync_status
+            )
+        else:
+            cluster.sync_status = Cluster.SyncStatus.OK
+            cluster.last_success_at = now
+            cluster.server_version = version or cluster.server_version
+            Cluster.objects.filter(pk=cluster.pk).update(
+                last_sync_at=now,
+                last_success_at=now,
+                last_error="",
+                sync_status=cluster.sync_status,
+                server_version=cluster.server_version,
+            )
+        return run
+
+
+class _cluster_lock:
+    """A Postgres session advisory lock per cluster: two syncs never interleave."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.key = int(cluster.pk.int % (2**63 - 1))
+
+    def __enter__(self) -> None:
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_try_advisory_lock(%s)", [self.key])
+            if not cur.fetchone()[0]:
+                raise SyncBusy("another sync of this cluster is running")
+
+    def __exit__(self, *exc: object) -> None:
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_advisory_unlock(%s)", [self.key])
+
+
+class _Syncer:
+    def __init__(
+        self,
+        cluster: Cluster,
+        gw: KubeGateway,
+        stats: SyncStats,
+        page_size: int,
+        progress: Progress | None,
+    ) -> None:
+        self.cluster = cluster
+        self.gw = gw
+        self.stats = stats
+        self.page_size = page_size
+        self.progress = progress or (lambda stage, done, total: None)
+        self.now = timezone.now()
+        # name -> (id, fingerprint, gone?) for every node row of this cluster.
+        self.nodes = {
+            name: (pk, fp, gone is not None)
+            for pk, name, fp, gone in Node.objects.filter(cluster=cluster).values_list(
+                "id", "name", "fingerprint", "gone_at"
+            )
+        }
+        self.seen_nodes: set[str] = set()
+
+    def run(self) -> None:
+        self._sync_nodes()
+        pods = self._sync_pods()
+        self._sync_requested(pods)
+        self._mark_gone_nodes()
+
+    # -- lists ------------------------------------------------------------------------
+
+    def _pages(self, kind: str, handle: Callable[[ListPage], None], **selectors: str) -> None:
+        """Feed every page of a list to ``handle``; restart the list on an expired token."""
+        while True:
+            done = 0
+            try:
+                for page in self.gw.list_pages(kind, limit=self.page_size, **selectors):
+                    self.stats.pages += 1
+                    handle(page)
+                    done += len(page.items)
+                    total = done + page.remaining if page.remaining is not None else None
+                    self.progress(kind, done, total)
+                return
+            except KubeError as err:
+                if not err.expired or self.stats.list_restarts >= MAX_LIST_RESTARTS:
+                    raise
+                self.stats.list_restarts += 1
+                log.info("%s: %s list expired (%s); restarting", self.cluster.slug, kind, err)
+
+    # -- nodes ------------------------------------------------------------------------
+
+    def _sync_nodes(self) -> None:
+        self._pages("nodes", self._node_page)
+
+    def _node_page(self, page: ListPage) -> None:
+        new: list[tuple[Node, NodeFacts]] = []
+        changed: list[tuple[Node, NodeFacts]] = []
+        for obj in page.items:
+            facts = parse_node(obj)
+            if facts.name in self.seen_nodes:
+                continue  # seen on an earlier attempt of a restarted list
+            self.seen_nodes.add(facts.name)
+            self.stats.nodes_seen += 1
+            fingerprint = facts.fingerprint()
+            known = self.nodes.get(facts.name)
+            if known is None:
+                node = Node(cluster=self.cluster, name=facts.name, first_seen_at=self.now)
+                new.append((self._fill_node(node, facts, fingerprint), facts))
+            elif known[1] != fingerprint or known[2]:
+                node = Node(id=known[0], cluster=self.cluster, name=facts.name)
+                changed.append((self._fill_node(node, facts, fingerprint), facts))
+        if not new and not changed:
+            return
+        with transaction.atomic():
+            if new:
+                Node.objects.bulk_create([n for n, _ in new], batch_size=1000)
+                self.stats.created += len(new)
+            if changed:
+                Node.objects.bulk_update(
+                    [n for n, _ in changed],
+                    [*NODE_FIELDS, "fingerprint", "last_changed_at", "gone_at"],
+                    batch_size=1000,
+                )
+                self.stats.updated += len(changed)
+            self._sync_node_resources(new, changed)
+        for node, _ in new + changed:
+            self.nodes[node.name] = (node.id, node.fingerprint, False)
+
+    def _fill_node(self, node: Node, facts: NodeFacts, fingerprint: str) -> Node:
+        for name in NODE_FIELDS:
+            setattr(node, name, getattr(facts, name))
+        node.fingerprint = fingerprint
+        node.last_changed_at = self.now
+        node.gone_at = None
+        return node
+
+    def _sync_node_resources(
+        self, new: list[tuple[Node, NodeFacts]], changed: list[tuple[Node, NodeFacts]]
+    ) -> None:
+        """Capacity/allocatable rows of new and changed nodes (requested comes later)."""
+        create = [
+            NodeResource(node=node, resource=res, capacity=cap, allocatable=alloc)
+            for node, facts in new
+            for res, (cap, alloc) in facts.resources.items()
+        ]
+        update: list[NodeResource] = []
+        stale: list[int] = []
+        if changed:
+            by_node = {node.id: facts for node, facts in changed}
+            existing: dict[tuple, NodeResource] = {
+                (r.node_id, r.resource): r
+                for r in NodeResource.objects.filter(node_id__in=by_node).only(
+                    "id", "node_id", "resource", "capacity", "allocatable"
+                )
+            }
+            for node_id, facts in by_node.items():
+                for res, (cap, alloc) in facts.resources.items():
+                    row = existing.pop((node_id, res), None)
+                    if row is None:
+                        create.append(
+                            NodeResource(
+                                node_id=node_id, resource=res, capacity=cap, allocatable=alloc
+                            )
+                        )
+                    elif (row.capacity, row.allocatable) != (cap, alloc):
+                        row.capacity, row.allocatable = cap, alloc
+                        update.append(row)
+            stale = [row.id for row in existing.values()]
+        if create:
+            NodeResource.objects.bulk_create(create, batch_size=2000)
+        if update:
+            NodeResource.objects.bulk_update(update, ["capacity", "allocatable"], batch_size=2000)
+        if stale:
+            NodeResource.objects.filter(id__in=stale).delete()
+        self.stats.created += len(create)
+        self.stats.updated += len(update)
+        self.stats.deleted += len(stale)
+
+    def _mark_gone_nodes(self) -> None:
+        gone = [
+            pk
+            for name, (pk, _, is_gone) in self.nodes.items()
+            if not is_gone and name not in self.seen_nodes
+        ]
+        if gone:
+            Node.objects.filter(id__in=gone).update(gone_at=self.now, last_changed_at=self.now)
+            self.stats.nodes_gone = len(gone)
+            self.stats.updated += len(gone)
+
+    # -- pods -------------------------------------------------------------------------
+
+    def _sync_pods(self) -> dict[tuple[str, str], PodFacts]:
+        existing = {
+            (ns, name): (pk, (uid, node_id, node_name, phase, requests, prio))
+            for pk, ns, name, uid, node_id, node_name, phase, requests, prio in (
+                GpuPod.objects.filter(cluster=self.cluster).values_list(
+                    "id", "namespace", "name", *POD_FIELDS
+                )
+            )
+        }
+        seen: dict[tuple[str, str], PodFacts] = {}
+
+        def handle(page: ListPage) -> None:
+            create: list[GpuPod] = []
+            update: list[GpuPod] = []
+            for obj in page.items:
+                self.stats.pods_seen += 1
+                facts = parse_gpu_pod(obj)
+                if facts is None or facts.key() in seen:
+                    continue
+                seen[facts.key()] = facts
+                node = self.nodes.get(facts.node_name) if facts.node_name else None
+                node_id = node[0] if node else None
+                values = (
+                    facts.uid, node_id, facts.node_name, facts.phase, facts.requests,
+                    facts.priority_class,
+                )  # fmt: skip
+                known = existing.get(facts.key())
+                if known is None:
+                    create.append(
+                        GpuPod(
+                            cluster=self.cluster,
+                            namespace=facts.namespace,
+                            name=facts.name,
+                            k8s_created_at=facts.k8s_created_at,
+                            first_seen_at=self.now,
+                            **dict(zip(POD_FIELDS, values, strict=True)),
+                        )
+                    )
+                elif known[1] != values:
+                    update.append(GpuPod(id=known[0], **dict(zip(POD_FIELDS, values, strict=True))))
+            if create or update:
+                with transaction.atomic():
+                    GpuPod.objects.bulk_create(create, batch_size=2000)
+                    GpuPod.objects.bulk_update(update, POD_FIELDS, batch_size=2000)
+                self.stats.created += len(create)
+                self.stats.updated += len(update)
+
+        self._pages("pods", handle, field_selector=NON_TERMINAL_PODS)
+        self.stats.gpu_pods_seen = len(seen)
+        finished = [pk for key, (pk, _) in existing.items() if key not in seen]
+        if finished:
+            for start in range(0, len(finished), 5000):
+                GpuPod.objects.filter(id__in=finished[start : start + 5000]).delete()
+            self.stats.deleted += len(finished)
+        return seen
+
+    # -- aggregates ---------------------------------------------------------------------
+
+    def _sync_requested(self, pods: dict[tuple[str, str], PodFacts]) -> None:
+        """Per node and per namespace: what non-terminal pods request, written as a diff."""
+        per_node: dict[tuple[str, str], int] = defaultdict(int)
+        per_ns: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+        for facts in pods.values():
+            for res, amount in facts.requests.items():
+                if facts.node_name:
+                    per_node[(facts.node_name, res)] += amount
+                usage = per_ns[(facts.namespace, res)]
+                usage[0] += amount
+                usage[1] += 1
+        with transaction.atomic():
+            self._write_node_requested(per_node)
+            self._write_namespace_usage(per_ns)
+
+    def _write_node_requested(self, per_node: dict[tuple[str, str], int]) -> None:
+        update: list[NodeResource] = []
+        rows = NodeResource.objects.filter(node__cluster=self.cluster).values_list(
+            "id", "node__name", "resource", "requested"
+        )
+        for pk, node_name, res, requested in rows:
+            want = per_node.get((node_name, res), 0)
+            if want != requested:
+                update.append(NodeResource(id=pk, requested=want))
+        if update:
+            NodeResource.objects.bulk_update(update, ["requested"], batch_size=2000)
+            self.stats.updated += len(update)
+
+    def _write_namespace_usage(self, per_ns: dict[tuple[str, str], list[int]]) -> None:
+        existing = {
+            (ns, res): (pk, requested, pods)
+            for pk, ns, res, requested, pods in NamespaceUsage.objects.filter(
+                cluster=self.cluster
+            ).values_list("id", "namespace", "resource", "requested", "pods")
+        }
+        create, update = [], []
+        for (ns, res), (requested, pods) in per_ns.items():
+            known = existing.pop((ns, res), None)
+            if known is None:
+                create.append(
+                    NamespaceUsage(
+                        cluster=self.cluster,
+                        namespace=ns,
+                        resource=res,
+                        requested=requested,
+                        pods=pods,
+                        updated_at=self.now,
+                    )
+                )
+            elif known[1:] != (requested, pods):
+                update.append(
+                    NamespaceUsage(id=known[0], requested=requested, pods=pods, updated_at=self.now)
+                )
+        if create:
+            NamespaceUsage.objects.bulk_create(create, batch_size=2000)
+        if update:
+            NamespaceUsage.objects.bulk_update(
+                update, ["requested", "pods", "updated_at"], batch_size=2000
+            )
+        if existing:
+            NamespaceUsage.objects.filter(id__in=[v[0] for v in existing.values()]).delete()
+        self.stats.created += len(create)
+        self.stats.updated += len(update)
+        self.stats.deleted += len(existing)

@@ -1,0 +1,45 @@
+"""Celery tasks: beat fans out one sync task per enabled cluster."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+
+from .models import Cluster
+from .sync import SyncBusy, sync_cluster
+
+log = logging.getLogger(__name__)
+
+
+@shared_task(ignore_result=True)
+def sync_all_clusters() -> int:
+    """Enqueue a sync for every enabled cluster; returns how many were enqueued."""
+    ids = list(Cluster.objects.filter(sync_enabled=True).values_list("id", flat=True))
+    for cluster_id in ids:
+        sync_cluster_task.delay(str(cluster_id))
+    return len(ids)
+
+
+@shared_task(ignore_result=True, acks_late=True)
+def sync_cluster_task(cluster_id: str, trigger: str = "beat") -> str | None:
+    """Sync one cluster. A sync already running elsewhere makes this one a no-op."""
+    cluster = Cluster.objects.filter(pk=cluster_id, sync_enabled=True).first()
+    if cluster is None:
+        return None
+    try:
+        run = sync_cluster(cluster, trigger=trigger)
+    except SyncBusy:
+        log.info("sync of %s skipped: another sync is running", cluster.slug)
+        return None
+    log.info(
+        "sync of %s %s in %d ms: %d nodes, %d GPU pods, %d rows written%s",
+        cluster.slug,
+        run.status,
+        run.duration_ms or 0,
+        run.nodes_seen,
+        run.gpu_pods_seen,
+        run.rows_written,
+        f" ({run.error})" if run.error else "",
+    )
+    return run.status

@@ -1,0 +1,54 @@
+"""``Authorization: Bearer <token>`` authentication for the REST API."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.utils import timezone
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from rest_framework import authentication, exceptions
+
+from .models import ApiToken, hash_token
+
+# Writing last_used_at on every request would turn each API read into a write.
+LAST_USED_GRANULARITY = timedelta(minutes=5)
+
+
+class BearerTokenAuthentication(authentication.BaseAuthentication):
+    keyword = "Bearer"
+
+    def authenticate(self, request):
+        header = authentication.get_authorization_header(request).split()
+        if not header or header[0].lower() != self.keyword.lower().encode():
+            return None
+        if len(header) != 2:
+            raise exceptions.AuthenticationFailed(
+                "Invalid Authorization header: expected 'Bearer <token>'."
+            )
+        try:
+            raw = header[1].decode()
+        except UnicodeError as err:
+            raise exceptions.AuthenticationFailed("Invalid token characters.") from err
+        token = (
+            ApiToken.objects.active()
+            .select_related("user")
+            .filter(key_hash=hash_token(raw))
+            .first()
+        )
+        if token is None or not token.user.is_active:
+            raise exceptions.AuthenticationFailed("Invalid, expired or revoked token.")
+        now = timezone.now()
+        if token.last_used_at is None or now - token.last_used_at > LAST_USED_GRANULARITY:
+            ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        return token.user, token
+
+    def authenticate_header(self, request) -> str:
+        return self.keyword
+
+
+class BearerTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "portal.auth.BearerTokenAuthentication"
+    name = "bearerAuth"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer", "description": "Personal API token"}

@@ -1,0 +1,123 @@
+"""``/healthz`` (process up), ``/readyz`` (dependencies) and ``/metrics`` (Prometheus)."""
+
+from __future__ import annotations
+
+import time
+
+import redis
+from django.conf import settings
+from django.db import connection
+from django.db.models import Sum
+from django.http import HttpResponse, JsonResponse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+
+from inventory.models import Cluster, NodeResource
+
+
+@never_cache
+@require_GET
+def healthz(request):
+    return JsonResponse({"status": "ok"})
+
+
+def _check_database() -> str | None:
+    try:
+        with connection.cursor() as cur:
+            cur.execute("SELECT 1")
+    except Exception as err:
+        return f"{type(err).__name__}: {err}"
+    return None
+
+
+def _check_broker() -> str | None:
+    try:
+        client = redis.Redis.from_url(
+            settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2
+        )
+        client.ping()
+        client.close()
+    except Exception as err:
+        return f"{type(err).__name__}: {err}"
+    return None
+
+
+@never_cache
+@require_GET
+def readyz(request):
+    """503 when the database or the broker is unreachable.
+
+    Stale clusters make the answer ``degraded`` but still 200: the portal keeps serving
+    the last good inventory, and pulling it out of a load balancer would not help.
+    """
+    checks = {"database": _check_database(), "broker": _check_broker()}
+    clusters = {}
+    if checks["database"] is None:
+        for c in Cluster.objects.filter(sync_enabled=True):
+            age = c.sync_age
+            clusters[c.slug] = {
+                "status": "stale" if c.is_stale else "ok",
+                "last_success_age_s": None if age is None else round(age.total_seconds()),
+                "last_error": c.last_error or None,
+            }
+    failing = {name: err for name, err in checks.items() if err}
+    stale = any(c["status"] == "stale" for c in clusters.values())
+    body = {
+        "status": "fail" if failing else ("degraded" if stale else "ok"),
+        "checks": {name: (err or "ok") for name, err in checks.items()},
+        "clusters": clusters,
+    }
+    return JsonResponse(body, status=503 if failing else 200)
+
+
+class InventoryCollector:
+    """Reads gauges from Postgres at scrape time, so every web process reports the same."""
+
+    def collect(self):
+        sync_age = GaugeMetricFamily(
+            "portal_cluster_sync_age_seconds",
+            "Seconds since the last successful inventory sync",
+            labels=["cluster"],
+        )
+        stale = GaugeMetricFamily(
+            "portal_cluster_stale", "1 when the cluster's inventory is stale", labels=["cluster"]
+        )
+        now = time.time()
+        for c in Cluster.objects.all():
+            if c.last_success_at is not None:
+                sync_age.add_metric([c.slug], now - c.last_success_at.timestamp())
+            stale.add_metric([c.slug], 1.0 if c.is_stale else 0.0)
+        yield sync_age
+        yield stale
+        families = {
+            key: GaugeMetricFamily(
+                f"portal_gpu_{key}",
+                f"GPU resource {key} summed over present nodes",
+                labels=["cluster", "product", "resource"],
+            )
+            for key in ("capacity", "allocatable", "requested")
+        }
+        rows = (
+            NodeResource.objects.filter(node__gone_at__isnull=True)
+            .values("node__cluster__slug", "node__gpu_product", "resource")
+            .annotate(
+                capacity=Sum("capacity"), allocatable=Sum("allocatable"), requested=Sum("requested")
+            )
+        )
+        for row in rows:
+            labels = [row["node__cluster__slug"], row["node__gpu_product"], row["resource"]]
+            for key, family in families.items():
+                family.add_metric(labels, row[key] or 0)
+        yield from families.values()
+
+
+REGISTRY = CollectorRegistry(auto_describe=False)
+REGISTRY.register(InventoryCollector())
+
+
+@never_cache
+@require_GET
+def metrics(request):
+    return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,179 @@
+"""Settings for development, the demo and tests. Production: ``portal.settings_production``.
+
+Everything comes from the environment with safe local defaults. With nothing set, ``make demo``
+and ``make test`` export ``DATABASE_URL`` / ``REDIS_URL`` pointing at the embedded PostgreSQL
+and Redis they start; a shell started while the demo runs picks them up from
+``$DATA_DIR/devstack.env``.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+from .env import celery_broker_url, env, secret
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(env.str("DATA_DIR", default=str(BASE_DIR / ".data")))
+
+# Values exported by a running `make demo` (never overrides the real environment).
+if (DATA_DIR / "devstack.env").exists():
+    env.read_env(str(DATA_DIR / "devstack.env"), overwrite=False)
+
+DEBUG = env.bool("DEBUG", default=True)
+SECRET_KEY = secret("SECRET_KEY") or "insecure-dev-key-only-for-local-demo-and-tests"
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.humanize",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "portal",
+    "inventory",
+    "quotas",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "portal.urls"
+WSGI_APPLICATION = "portal.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": env.db_url("DATABASE_URL", default="postgres://postgres@localhost:5432/portal"),
+}
+DATABASES["default"]["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=60)
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REDIS_URL = env.str("REDIS_URL", default="redis://localhost:6379/0")
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "portal",
+    }
+}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "inventory:fleet"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env.str("TIME_ZONE", default="UTC")
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "portal.auth.BearerTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PAGINATION_CLASS": "portal.rest.Pagination",
+    "DEFAULT_FILTER_BACKENDS": [
+        "django_filters.rest_framework.DjangoFilterBackend",
+        "rest_framework.filters.OrderingFilter",
+    ],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "portal.rest.exception_handler",
+    "DEFAULT_THROTTLE_RATES": {"token": env.str("TOKEN_THROTTLE_RATE", default="30/min")},
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "GPU quota portal API",
+    "DESCRIPTION": "Fleet inventory, GPU quota requests and grants. "
+    "Authenticate with `Authorization: Bearer <token>` (POST /api/v1/auth/token/).",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    # Swagger UI served from our static files (sidecar), not a CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+# Celery: broker is Redis; job state lives in Postgres rows, so no result backend.
+CELERY_BROKER_URL = celery_broker_url(REDIS_URL)
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TIMEZONE = TIME_ZONE
+INVENTORY_SYNC_INTERVAL = env.int("INVENTORY_SYNC_INTERVAL", default=30)
+CELERY_BEAT_SCHEDULE = {
+    "inventory-sync-all": {
+        "task": "inventory.tasks.sync_all_clusters",
+        "schedule": timedelta(seconds=INVENTORY_SYNC_INTERVAL),
+    },
+}
+
+# Inventory sync tuning.
+INVENTORY_PAGE_SIZE = env.int("INVENTORY_PAGE_SIZE", default=500)
+# A cluster whose last good sync is older than this many intervals is shown as stale.
+INVENTORY_STALE_AFTER = timedelta(seconds=INVENTORY_SYNC_INTERVAL * env.int("STALE_FACTOR", 4))
+KUBE_REQUEST_TIMEOUT = env.float("KUBE_REQUEST_TIMEOUT", default=30.0)
+
+# The demo cluster's kubeconfig (written by the simulated cluster); used by seed_demo.
+SIM_KUBECONFIG = env.str("SIM_KUBECONFIG", default=str(DATA_DIR / "kubeconfig"))
+
+EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(levelname)-7s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        "kubernetes": {"level": "WARNING"},
+        "urllib3": {"level": "WARNING"},
+    },
+}

@@ -1,0 +1,33 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.routers import DefaultRouter
+
+from inventory import api as inventory_api
+
+from . import api, health
+
+router = DefaultRouter()
+router.register("clusters", inventory_api.ClusterViewSet, basename="cluster")
+router.register("nodes", inventory_api.NodeViewSet, basename="node")
+router.register("auth/tokens", api.ApiTokenViewSet, basename="apitoken")
+
+api_v1 = [
+    path("auth/token/", api.issue_token, name="issue-token"),
+    path("inventory/summary/", inventory_api.inventory_summary, name="inventory-summary"),
+    *router.urls,
+]
+
+urlpatterns = [
+    path("api/v1/", include((api_v1, "api"), namespace="api")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    path("metrics", health.metrics, name="metrics"),
+    path("admin/", admin.site.urls),
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("", include("inventory.urls")),
+]

@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class QuotasConfig(AppConfig):
+    """Teams, quota requests, grants and the operations that apply them (see issue #3)."""
+
+    name = "quotas"

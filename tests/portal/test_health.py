@@ -1,0 +1,54 @@
+"""/healthz, /readyz and /metrics against the real database and Redis."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from inventory.models import Cluster
+from tests.factories import make_cluster, make_node
+
+pytestmark = pytest.mark.django_db
+
+
+def test_healthz(client):
+    r = client.get("/healthz")
+    assert r.status_code == 200 and r.json() == {"status": "ok"}
+
+
+def test_readyz_ok_then_degraded_when_a_cluster_is_stale(client):
+    make_cluster("fresh", sync_status=Cluster.SyncStatus.OK, last_success_at=timezone.now())
+    r = client.get("/readyz")
+    assert r.status_code == 200
+    assert r.json()["status"] == "ok"
+    assert r.json()["checks"] == {"database": "ok", "broker": "ok"}
+    make_cluster(
+        "old",
+        sync_status=Cluster.SyncStatus.FAILED,
+        last_success_at=timezone.now() - timedelta(hours=1),
+        last_error="HTTP 500",
+    )
+    body = client.get("/readyz").json()
+    assert body["status"] == "degraded"
+    assert body["clusters"]["old"]["status"] == "stale"
+    assert body["clusters"]["old"]["last_error"] == "HTTP 500"
+
+
+def test_readyz_fails_when_broker_unreachable(client, settings):
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"
+    r = client.get("/readyz")
+    assert r.status_code == 503
+    assert r.json()["status"] == "fail" and r.json()["checks"]["broker"] != "ok"
+
+
+def test_metrics_exposes_capacity_and_sync_age(client):
+    c = make_cluster("prod", sync_status=Cluster.SyncStatus.OK, last_success_at=timezone.now())
+    make_node(c, "a", resources={"nvidia.com/gpu": (8, 7, 3)})
+    make_node(c, "b", resources={"nvidia.com/gpu": (8, 8, 1)})
+    text = client.get("/metrics").content.decode()
+    labels = 'cluster="prod",product="NVIDIA-A100-SXM4-80GB",resource="nvidia.com/gpu"'
+    assert f"portal_gpu_capacity{{{labels}}} 16.0" in text
+    assert f"portal_gpu_allocatable{{{labels}}} 15.0" in text
+    assert f"portal_gpu_requested{{{labels}}} 4.0" in text
+    assert 'portal_cluster_stale{cluster="prod"} 0.0' in text
+    assert 'portal_cluster_sync_age_seconds{cluster="prod"}' in text
