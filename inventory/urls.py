@@ -6,4 +6,9 @@ app_name = "inventory"
 
 urlpatterns = [
     path("", views.fleet, name="fleet"),
+    path("nodes/", views.node_list, name="nodes"),
+    path("nodes/<uuid:pk>/", views.node_detail, name="node"),
+    path("clusters/", views.cluster_list, name="clusters"),
+    path("clusters/<slug:slug>/", views.cluster_detail, name="cluster"),
+    path("clusters/<slug:slug>/sync/", views.cluster_sync, name="cluster-sync"),
 ]

@@ -1,7 +1,160 @@
+"""Server-rendered inventory pages: fleet overview, nodes, clusters.
+
+Thin views: aggregates come from ``summary``, health from ``health``, filtering from
+``filters``; every page runs a fixed number of queries whatever the fleet size.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpResponse
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db.models import Count, Q, Sum
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+from kombu.exceptions import OperationalError
+
+from .filters import NodeFilter
+from .health import node_badges, usual_drivers
+from .models import GPU_RESOURCE, Cluster, Node
+from .summary import fleet_summary, fleet_totals
+
+log = logging.getLogger(__name__)
+
+NODES_PER_PAGE = 50
+SYNC_RUNS_SHOWN = 20
+
+_present = Q(nodes__gone_at__isnull=True)
+
+
+def _clusters_with_counts():
+    """Clusters with node counts (one query)."""
+    return Cluster.objects.annotate(
+        node_count=Count("nodes", filter=_present),
+        gpu_node_count=Count("nodes", filter=_present & ~Q(nodes__gpu_product="")),
+        gpu_total=Sum("nodes__gpu_count", filter=_present, default=0),
+        cordoned_count=Count("nodes", filter=_present & Q(nodes__unschedulable=True)),
+        gone_count=Count("nodes", filter=Q(nodes__gone_at__isnull=False)),
+    )
+
+
+def _annotate_node(node: Node, usual: dict[str, str]) -> Node:
+    """Attach the whole-GPU resource, MIG resources and badges (resources prefetched)."""
+    resources = list(node.resources.all())
+    node.gpu = next((r for r in resources if r.resource == GPU_RESOURCE), None)
+    node.mig_resources = [r for r in resources if r.resource != GPU_RESOURCE]
+    node.badges = node_badges(node, usual)
+    return node
 
 
 @login_required
-def fleet(request):
-    return HttpResponse("fleet")
+def fleet(request: HttpRequest) -> HttpResponse:
+    clusters = list(Cluster.objects.all())
+    summaries = fleet_summary(Node.objects.all())
+    return render(
+        request,
+        "inventory/fleet.html",
+        {
+            "clusters": clusters,
+            "stale_clusters": [c for c in clusters if c.is_stale and c.sync_enabled],
+            "summaries": summaries,
+            "totals": fleet_totals(summaries),
+        },
+    )
+
+
+@login_required
+def node_list(request: HttpRequest) -> HttpResponse:
+    queryset = Node.objects.select_related("cluster").prefetch_related("resources")
+    filterset = NodeFilter(request.GET, queryset=queryset)
+    nodes = filterset.qs if filterset.is_valid() else queryset.none()
+    page = Paginator(nodes, NODES_PER_PAGE).get_page(request.GET.get("page"))
+    usual = usual_drivers(Node.objects.all())
+    for node in page.object_list:
+        _annotate_node(node, usual)
+    products = (
+        Node.objects.present()
+        .gpu()
+        .order_by("gpu_product")
+        .values_list("gpu_product", flat=True)
+        .distinct()
+    )
+    return render(
+        request,
+        "inventory/node_list.html",
+        {
+            "filterset": filterset,
+            "form": filterset.form,
+            "page": page,
+            "products": products,
+            "filtered": any(v for k, v in request.GET.items() if k != "page"),
+        },
+    )
+
+
+@login_required
+def node_detail(request: HttpRequest, pk) -> HttpResponse:
+    node = get_object_or_404(
+        Node.objects.select_related("cluster").prefetch_related("resources"), pk=pk
+    )
+    _annotate_node(node, usual_drivers(Node.objects.all()))
+    labels = sorted(
+        node.labels.items(), key=lambda kv: (not kv[0].startswith("nvidia.com/"), kv[0])
+    )
+    pods = list(node.gpu_pods.all())
+    return render(
+        request,
+        "inventory/node_detail.html",
+        {
+            "node": node,
+            "resources": list(node.resources.all()),
+            "pods": pods,
+            "show_pod_names": request.user.is_staff,
+            "labels": labels,
+            "nvidia_label_count": sum(1 for k, _ in labels if k.startswith("nvidia.com/")),
+        },
+    )
+
+
+@login_required
+def cluster_list(request: HttpRequest) -> HttpResponse:
+    return render(request, "inventory/cluster_list.html", {"clusters": _clusters_with_counts()})
+
+
+@login_required
+def cluster_detail(request: HttpRequest, slug: str) -> HttpResponse:
+    cluster = get_object_or_404(_clusters_with_counts(), slug=slug)
+    return render(
+        request,
+        "inventory/cluster_detail.html",
+        {
+            "cluster": cluster,
+            "runs": cluster.sync_runs.all()[:SYNC_RUNS_SHOWN],
+            "summaries": fleet_summary(Node.objects.filter(cluster=cluster)),
+        },
+    )
+
+
+@require_POST
+@login_required
+def cluster_sync(request: HttpRequest, slug: str) -> HttpResponse:
+    """Staff only: enqueue a manual sync of one cluster."""
+    if not request.user.is_staff:
+        raise PermissionDenied("Only staff can start a sync.")
+    cluster = get_object_or_404(Cluster, slug=slug)
+    from .tasks import sync_cluster_task
+
+    try:
+        sync_cluster_task.delay(str(cluster.pk), "manual")
+    except OperationalError as exc:
+        log.warning("could not enqueue a sync of %s: %s", cluster.slug, exc)
+        messages.error(request, f"Could not queue a sync of {cluster.name}: the broker is down.")
+    else:
+        messages.success(
+            request, f"Sync of {cluster.name} queued. Reload in a few seconds to see the run."
+        )
+    return redirect("inventory:cluster", slug=cluster.slug)

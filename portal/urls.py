@@ -6,7 +6,7 @@ from rest_framework.routers import DefaultRouter
 
 from inventory import api as inventory_api
 
-from . import api, health
+from . import api, health, views
 
 router = DefaultRouter()
 router.register("clusters", inventory_api.ClusterViewSet, basename="cluster")
@@ -29,5 +29,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("account/", views.account, name="account"),
+    path("account/tokens/<uuid:pk>/revoke/", views.revoke_token, name="token-revoke"),
     path("", include("inventory.urls")),
 ]
