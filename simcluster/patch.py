@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from simcluster.errors import ApiError
@@ -265,7 +265,7 @@ def _path_str(p: Path) -> str:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _get_managers(obj: dict[str, Any]) -> list[dict[str, Any]]:
@@ -385,11 +385,7 @@ def server_side_apply(
     if conflicts and not force:
         raise _conflict_error(conflicts, resource, name)
     prev = next(
-        (
-            m
-            for m in managers
-            if m.get("manager") == manager and m.get("operation") == "Apply"
-        ),
+        (m for m in managers if m.get("manager") == manager and m.get("operation") == "Apply"),
         None,
     )
     prev_owned = _owned(prev) if prev else set()

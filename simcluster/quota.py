@@ -8,7 +8,6 @@ and bare ``<ext>`` keys are accepted in ``spec.hard`` but never counted and neve
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -131,7 +130,7 @@ def pod_quota_info(pod: dict[str, Any]) -> PodQuotaInfo:
         "pc": spec.get("priorityClassName") or "",
         "t": spec.get("activeDeadlineSeconds"),
     }
-    key = json.dumps(key_src, sort_keys=True, default=str)
+    key = repr(key_src)
     hit = _INFO_CACHE.get(key)
     if hit is not None:
         return hit
@@ -149,10 +148,7 @@ def _compute_info(spec: dict[str, Any], phase: str) -> PodQuotaInfo:
     if not terminal:
         usage["pods"] = Quantity(Fraction(1))
         for r, q in requests.items():
-            if r in _NATIVE_COMPUTE:
-                usage[r] = q
-                usage[f"requests.{r}"] = q
-            elif r.startswith("hugepages-"):
+            if r in _NATIVE_COMPUTE or r.startswith("hugepages-"):
                 usage[r] = q
                 usage[f"requests.{r}"] = q
             elif not is_native(r) and not r.startswith("requests."):

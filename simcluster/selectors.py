@@ -102,7 +102,7 @@ def parse_field_selector(text: str | None, allowed: frozenset[str]) -> FieldMatc
             raise ApiError(400, f"invalid selector: '{text}'; can't understand '{part}'")
         field = field.strip()
         if field not in allowed:
-            raise ApiError(400, f'field label not supported: {field}', "BadRequest")
+            raise ApiError(400, f"field label not supported: {field}", "BadRequest")
         val = val.strip()
         if op == "!=":
             reqs.append(lambda f, k=field, v=val: f.get(k, "") != v)

@@ -58,3 +58,106 @@ def researcher_api(researcher) -> APIClient:
 @pytest.fixture
 def anon_api() -> APIClient:
     return APIClient()
+
+
+# -- the simulated cluster ------------------------------------------------------------------
+
+
+@pytest.fixture
+def sim(tmp_path):
+    """A fresh, empty simulated cluster on a free port, served over real HTTP."""
+    from simcluster import SimCluster
+
+    cluster = SimCluster.from_fleet({})
+    cluster.start(host="127.0.0.1", port=0)
+    cluster.kubeconfig_path = tmp_path / "kubeconfig"
+    cluster.write_kubeconfig(cluster.kubeconfig_path)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def sim_api(sim):
+    """The official client's CoreV1Api pointed at the simulated cluster (for arranging)."""
+    from kubernetes import client, config
+
+    api_client = config.new_client_from_config(config_file=str(sim.kubeconfig_path))
+    yield client.CoreV1Api(api_client)
+    api_client.close()
+
+
+@pytest.fixture
+def sim_cluster(db, sim):
+    from inventory.models import Cluster
+
+    return Cluster.objects.create(
+        slug="sim",
+        name="Simulated",
+        auth_method=Cluster.AuthMethod.KUBECONFIG,
+        kubeconfig_path=str(sim.kubeconfig_path),
+    )
+
+
+# -- a real Celery worker -----------------------------------------------------------------
+
+
+def _database_url_for_current_db() -> str:
+    from urllib.parse import quote
+
+    from django.db import connection
+
+    s = connection.settings_dict
+    auth = quote(s["USER"] or "")
+    if s["PASSWORD"]:
+        auth += ":" + quote(s["PASSWORD"])
+    host = quote(s["HOST"] or "", safe="")
+    port = f":{s['PORT']}" if s["PORT"] else ""
+    return f"postgres://{auth}@{host}{port}/{s['NAME']}"
+
+
+@pytest.fixture
+def celery_worker(transactional_db, tmp_path):
+    """A real ``celery worker`` subprocess on the test database and the test Redis."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from django.conf import settings
+
+    env = dict(os.environ, DATABASE_URL=_database_url_for_current_db(), DB_CONN_MAX_AGE="0")
+    env["REDIS_URL"] = settings.REDIS_URL
+    log = open(tmp_path / "worker.log", "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "portal", "worker", "-P", "solo",
+         "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO"],
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while b"ready." not in (tmp_path / "worker.log").read_bytes():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError((tmp_path / "worker.log").read_text()[-3000:])
+        time.sleep(0.2)
+    proc.log_path = tmp_path / "worker.log"
+    yield proc
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    log.close()
+
+
+def wait_for(predicate, timeout: float = 30.0, interval: float = 0.2):
+    """Poll until ``predicate()`` is truthy; return its value or fail with a timeout."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s")

@@ -1,0 +1,265 @@
+"""Inventory sync at Kubernetes scalability-threshold size, against a same-run baseline.
+
+    make bench            # or: python -m devstack run -- python bench/sync_bench.py [...]
+
+Generates a fleet (default 5,000 nodes x 8 GPUs, 150,000 pods of which 30,000 request GPUs,
+3,000 namespaces) in the simulated cluster, running in its own process, then measures,
+each phase in a fresh process so peak RSS is its own:
+
+  (a) baseline: paginated raw list + JSON parse of the same nodes and non-terminal pods,
+      with the same client and page size the sync uses;
+  (b) the first full sync into an empty database;
+  (c) a second sync with nothing changed (must write zero rows);
+and then the fleet page, the node list page and GET /api/v1/nodes at that size.
+Prints the figures and the ratios (b)/(a) and (c)/(a). Targets: (b) <= 2.0, (c) <= 1.3,
+peak RSS of the syncing process <= 400 MB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+BENCH_DB = "portal_bench"
+
+
+def log(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def bench_database_url() -> str:
+    parts = urlsplit(os.environ["DATABASE_URL"])
+    return urlunsplit(parts._replace(path=f"/{BENCH_DB}"))
+
+
+def django_setup() -> None:
+    os.environ["DATABASE_URL"] = os.environ.get("BENCH_DATABASE_URL") or bench_database_url()
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    import django
+
+    django.setup()
+
+
+# -- phases (each runs in its own process) ----------------------------------------------
+
+
+def phase_baseline(args) -> dict:
+    """List nodes and non-terminal pods page by page and parse the JSON: nothing else."""
+    django_setup()
+    from inventory.kube import KubeGateway
+    from inventory.models import Cluster
+    from inventory.sync import NON_TERMINAL_PODS
+
+    cluster = Cluster(slug="bench", auth_method="kubeconfig", kubeconfig_path=args.kubeconfig)
+    start = time.perf_counter()
+    counts = {"nodes": 0, "pods": 0}
+    with KubeGateway(cluster) as gw:
+        for page in gw.list_pages("nodes", limit=args.page_size):
+            counts["nodes"] += len(page.items)
+        for page in gw.list_pages("pods", limit=args.page_size, field_selector=NON_TERMINAL_PODS):
+            counts["pods"] += len(page.items)
+    return {"seconds": time.perf_counter() - start, **counts, "peak_rss_mb": peak_rss_mb()}
+
+
+def phase_sync(args) -> dict:
+    django_setup()
+    from inventory.models import Cluster
+    from inventory.sync import sync_cluster
+
+    cluster, _ = Cluster.objects.update_or_create(
+        slug="bench",
+        defaults={"name": "Bench", "auth_method": "kubeconfig", "kubeconfig_path": args.kubeconfig},
+    )
+    last = [0.0]
+
+    def progress(stage: str, done: int, total: int | None) -> None:
+        if time.monotonic() - last[0] > 2:
+            last[0] = time.monotonic()
+            log(f"  sync {stage}: {done}{'/' + str(total) if total else ''}")
+
+    start = time.perf_counter()
+    run = sync_cluster(cluster, page_size=args.page_size, trigger="bench", progress=progress)
+    seconds = time.perf_counter() - start
+    if run.error:
+        raise SystemExit(f"sync failed: {run.error}")
+    return {
+        "seconds": seconds,
+        "nodes": run.nodes_seen,
+        "pods": run.pods_seen,
+        "gpu_pods": run.gpu_pods_seen,
+        "rows_written": run.rows_written,
+        "peak_rss_mb": peak_rss_mb(),
+    }
+
+
+def phase_pages(args) -> dict:
+    django_setup()
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    from inventory.models import Node
+
+    user, _ = get_user_model().objects.get_or_create(username="bench", defaults={"is_staff": True})
+    client = Client()
+    client.force_login(user)
+    out = {"nodes_in_db": Node.objects.count()}
+    for name, url in [
+        ("fleet_page", "/"),
+        ("node_list_page", "/nodes/"),
+        ("api_nodes", "/api/v1/nodes/?page_size=100"),
+        ("api_summary", "/api/v1/inventory/summary/"),
+    ]:
+        timings = []
+        for _ in range(5):
+            with CaptureQueriesContext(connection) as ctx:
+                start = time.perf_counter()
+                response = client.get(url)
+                timings.append(time.perf_counter() - start)
+            if response.status_code != 200:
+                raise SystemExit(f"{url} answered {response.status_code}")
+        out[name] = {
+            "median_ms": statistics.median(timings) * 1000,
+            "queries": len(ctx.captured_queries),
+        }
+    return out
+
+
+PHASES = {"baseline": phase_baseline, "sync": phase_sync, "pages": phase_pages}
+
+
+def run_phase(name: str, args) -> dict:
+    cmd = [
+        sys.executable,
+        __file__,
+        "--phase",
+        name,
+        "--kubeconfig",
+        args.kubeconfig,
+        "--page-size",
+        str(args.page_size),
+    ]
+    result = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=os.environ, check=False)
+    if result.returncode != 0:
+        raise SystemExit(f"phase {name} failed ({result.returncode})")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+# -- orchestration --------------------------------------------------------------------------
+
+
+def prepare_database() -> None:
+    import psycopg2
+
+    admin_url = os.environ["DATABASE_URL"]
+    conn = psycopg2.connect(admin_url)
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
+        cur.execute(f"CREATE DATABASE {BENCH_DB}")
+    conn.close()
+    env = dict(os.environ, DATABASE_URL=bench_database_url())
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
+
+
+def start_sim(args, workdir: Path) -> tuple[subprocess.Popen, str]:
+    spec = workdir / "fleet.json"
+    spec.write_text(json.dumps({"generate": {
+        "nodes": args.nodes, "gpus_per_node": args.gpus_per_node, "pods": args.pods,
+        "gpu_pods": args.gpu_pods, "namespaces": args.namespaces, "seed": 42,
+    }}))  # fmt: skip
+    kubeconfig = workdir / "kubeconfig"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "simcluster", "--fleet", str(spec), "--port", "0",
+         "--kubeconfig", str(kubeconfig)],
+        cwd=ROOT,
+    )  # fmt: skip
+    deadline = time.monotonic() + 600
+    while not kubeconfig.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit("the simulated cluster did not start")
+        time.sleep(0.5)
+    return proc, str(kubeconfig)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=5000)
+    parser.add_argument("--gpus-per-node", type=int, default=8)
+    parser.add_argument("--pods", type=int, default=150_000)
+    parser.add_argument("--gpu-pods", type=int, default=30_000)
+    parser.add_argument("--namespaces", type=int, default=3000)
+    parser.add_argument("--page-size", type=int, default=500)
+    parser.add_argument("--phase", choices=PHASES, help=argparse.SUPPRESS)
+    parser.add_argument("--kubeconfig", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.phase:
+        print(json.dumps(PHASES[args.phase](args)))
+        return 0
+
+    log(f"fresh database {BENCH_DB}")
+    prepare_database()
+    with tempfile.TemporaryDirectory() as tmp:
+        log(f"generating {args.nodes} nodes / {args.pods} pods in the simulated cluster")
+        sim, args.kubeconfig = start_sim(args, Path(tmp))
+        try:
+            log("warm-up list")
+            run_phase("baseline", args)
+            log("(a) baseline: raw list + parse")
+            base1 = run_phase("baseline", args)
+            log("(b) first sync")
+            first = run_phase("sync", args)
+            log("(c) second sync, no changes")
+            second = run_phase("sync", args)
+            base2 = run_phase("baseline", args)
+            log("pages at this size")
+            pages = run_phase("pages", args)
+        finally:
+            sim.terminate()
+            sim.wait(30)
+    baseline = min(base1["seconds"], base2["seconds"])
+    rows = [
+        ("(a) baseline list+parse", baseline, base1["peak_rss_mb"], "-"),
+        ("(b) first sync", first["seconds"], first["peak_rss_mb"], first["rows_written"]),
+        ("(c) second sync", second["seconds"], second["peak_rss_mb"], second["rows_written"]),
+    ]
+    print(
+        f"\nFleet: {base1['nodes']} nodes, {base1['pods']} non-terminal pods listed, "
+        f"{first['gpu_pods']} GPU pods; page size {args.page_size}"
+    )
+    print(f"{'phase':<26}{'seconds':>9}{'ratio':>8}{'peak RSS MB':>13}{'rows written':>14}")
+    for name, sec, rss, written in rows:
+        print(f"{name:<26}{sec:>9.2f}{sec / baseline:>8.2f}{rss:>13.0f}{written!s:>14}")
+    ok_b = first["seconds"] / baseline <= 2.0
+    ok_c = second["seconds"] / baseline <= 1.3 and second["rows_written"] == 0
+    ok_rss = max(first["peak_rss_mb"], second["peak_rss_mb"]) <= 400
+    print(
+        f"targets: (b)/(a) <= 2.0 {'OK' if ok_b else 'MISSED'}; "
+        f"(c)/(a) <= 1.3 with 0 rows {'OK' if ok_c else 'MISSED'}; "
+        f"sync RSS <= 400 MB {'OK' if ok_rss else 'MISSED'}"
+    )
+    print(f"\nPages with {pages['nodes_in_db']} nodes in the database (median of 5):")
+    for key in ("fleet_page", "node_list_page", "api_nodes", "api_summary"):
+        print(f"  {key:<16}{pages[key]['median_ms']:>9.1f} ms {pages[key]['queries']:>4} queries")
+    return 0 if ok_b and ok_c and ok_rss else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,178 @@
+"""The resource types this server serves, and their discovery documents."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
+_BASE_FIELDS = frozenset({"metadata.name", "metadata.namespace"})
+
+
+@dataclass(frozen=True)
+class ResourceType:
+    """One REST resource (``pods``) with what discovery and routing need to know."""
+
+    name: str
+    kind: str
+    group: str
+    version: str
+    namespaced: bool
+    short_names: tuple[str, ...] = ()
+    subresources: tuple[str, ...] = ()
+    fields: frozenset[str] = field(default=_BASE_FIELDS)
+    has_status: bool = False
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def group_version(self) -> str:
+        return self.api_version
+
+
+RESOURCES: tuple[ResourceType, ...] = (
+    ResourceType(
+        "namespaces",
+        "Namespace",
+        "",
+        "v1",
+        False,
+        ("ns",),
+        ("status", "finalize"),
+        _BASE_FIELDS | {"status.phase"},
+        True,
+    ),
+    ResourceType(
+        "nodes",
+        "Node",
+        "",
+        "v1",
+        False,
+        ("no",),
+        ("status",),
+        _BASE_FIELDS | {"spec.unschedulable"},
+        True,
+    ),
+    ResourceType(
+        "pods",
+        "Pod",
+        "",
+        "v1",
+        True,
+        ("po",),
+        ("status", "eviction"),
+        _BASE_FIELDS
+        | {
+            "spec.nodeName",
+            "status.phase",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "spec.restartPolicy",
+            "status.podIP",
+            "status.nominatedNodeName",
+        },
+        True,
+    ),
+    ResourceType(
+        "resourcequotas",
+        "ResourceQuota",
+        "",
+        "v1",
+        True,
+        ("quota",),
+        ("status",),
+        _BASE_FIELDS,
+        True,
+    ),
+    ResourceType("configmaps", "ConfigMap", "", "v1", True, ("cm",)),
+    ResourceType("secrets", "Secret", "", "v1", True, (), (), _BASE_FIELDS | {"type"}),
+    ResourceType("services", "Service", "", "v1", True, ("svc",), ("status",), _BASE_FIELDS, True),
+    ResourceType("serviceaccounts", "ServiceAccount", "", "v1", True, ("sa",)),
+    ResourceType("events", "Event", "", "v1", True, ("ev",)),
+    ResourceType("limitranges", "LimitRange", "", "v1", True, ("limits",)),
+    ResourceType(
+        "poddisruptionbudgets",
+        "PodDisruptionBudget",
+        "policy",
+        "v1",
+        True,
+        ("pdb",),
+        ("status",),
+        _BASE_FIELDS,
+        True,
+    ),
+    ResourceType("priorityclasses", "PriorityClass", "scheduling.k8s.io", "v1", False, ("pc",)),
+)
+
+BY_PATH: dict[tuple[str, str], ResourceType] = {(r.group_version, r.name): r for r in RESOURCES}
+GROUP_VERSIONS: dict[str, list[ResourceType]] = {}
+for _r in RESOURCES:
+    GROUP_VERSIONS.setdefault(_r.group_version, []).append(_r)
+
+
+def api_resource_list(group_version: str) -> dict:
+    """APIResourceList for ``/api/v1`` or ``/apis/<group>/<version>``."""
+    items = []
+    for r in GROUP_VERSIONS.get(group_version, []):
+        entry = {
+            "name": r.name,
+            "singularName": r.kind.lower(),
+            "namespaced": r.namespaced,
+            "kind": r.kind,
+            "verbs": list(_VERBS),
+        }
+        if r.short_names:
+            entry["shortNames"] = list(r.short_names)
+        items.append(entry)
+        for sub in r.subresources:
+            if sub == "eviction":
+                items.append(
+                    {
+                        "name": f"{r.name}/eviction",
+                        "singularName": "",
+                        "namespaced": True,
+                        "group": "policy",
+                        "version": "v1",
+                        "kind": "Eviction",
+                        "verbs": ["create"],
+                    }
+                )
+            elif sub == "finalize":
+                items.append(
+                    {
+                        "name": f"{r.name}/finalize",
+                        "singularName": "",
+                        "namespaced": False,
+                        "kind": r.kind,
+                        "verbs": ["update"],
+                    }
+                )
+            else:
+                items.append(
+                    {
+                        "name": f"{r.name}/{sub}",
+                        "singularName": "",
+                        "namespaced": r.namespaced,
+                        "kind": r.kind,
+                        "verbs": ["get", "patch", "update"],
+                    }
+                )
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": group_version,
+        "resources": items,
+    }
+
+
+def api_group_list() -> dict:
+    """APIGroupList for ``/apis`` (every non-core group served)."""
+    groups = []
+    for gv in GROUP_VERSIONS:
+        if "/" not in gv:
+            continue
+        g, v = gv.split("/")
+        ver = {"groupVersion": gv, "version": v}
+        groups.append({"name": g, "versions": [ver], "preferredVersion": ver})
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}

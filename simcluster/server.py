@@ -1,0 +1,611 @@
+"""HTTP front end: routing, auth, fault injection, discovery, Table output and watch streams."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import socket
+import threading
+import time
+from collections import Counter
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, urlsplit
+
+from simcluster.errors import ApiError, status_body
+from simcluster.faults import Faults
+from simcluster.patch import load_body
+from simcluster.resources import (
+    BY_PATH,
+    GROUP_VERSIONS,
+    ResourceType,
+    api_group_list,
+    api_resource_list,
+)
+from simcluster.selectors import parse_field_selector, parse_label_selector
+
+if TYPE_CHECKING:
+    from simcluster.cluster import SimCluster
+
+log = logging.getLogger("simcluster.http")
+
+VERSION = {
+    "major": "1",
+    "minor": "32",
+    "gitVersion": "v1.32.4-simcluster",
+    "gitCommit": "0000000000000000000000000000000000000000",
+    "gitTreeState": "clean",
+    "buildDate": "2025-01-01T00:00:00Z",
+    "goVersion": "go1.23.6",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
+
+
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+class SimHTTPServer(ThreadingHTTPServer):
+    """Threaded server that does not wait for open watch streams on shutdown."""
+
+    daemon_threads = True
+    block_on_close = False
+    allow_reuse_address = True
+    request_queue_size = 256
+
+    def __init__(self, addr: tuple[str, int], cluster: SimCluster) -> None:
+        self.cluster = cluster
+        self.stats: Counter[str] = Counter()
+        self.stats_lock = threading.Lock()
+        super().__init__(addr, Handler)
+
+
+def make_server(cluster: SimCluster, host: str, port: int) -> SimHTTPServer:
+    return SimHTTPServer((host, port), cluster)
+
+
+class Handler(BaseHTTPRequestHandler):
+    """One request; most work is delegated to :class:`SimCluster`."""
+
+    protocol_version = "HTTP/1.1"
+    server: SimHTTPServer
+    server_version = "simcluster/1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s " + format, self.address_string(), *args)
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def do_PUT(self) -> None:
+        self._handle("PUT")
+
+    def do_PATCH(self) -> None:
+        self._handle("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._handle("DELETE")
+
+    # ------------------------------------------------------------ plumbing
+    def _count(self, key: str) -> None:
+        with self.server.stats_lock:
+            self.server.stats[key] += 1
+
+    def _body(self) -> bytes:
+        n = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(n) if n > 0 else b""
+
+    def _send(self, code: int, body: bytes, ctype: str = "application/json") -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-cache, private")
+        if code == 429:
+            self.send_header("Retry-After", "1")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _send_error(self, err: ApiError) -> None:
+        self._send(err.code, _dumps(err.status()))
+
+    def _handle(self, method: str) -> None:
+        cluster = self.server.cluster
+        url = urlsplit(self.path)
+        path = url.path.rstrip("/") or "/"
+        params = dict(parse_qsl(url.query, keep_blank_values=True))
+        if path.startswith("/_sim"):
+            self._control(method, path)
+            return
+        self._count("requests")
+        self._count(f"{method} {_kind_of(path)}")
+        if cluster.token:
+            auth = self.headers.get("Authorization", "")
+            if auth != f"Bearer {cluster.token}":
+                self._body()
+                self._send_error(ApiError(401, "Unauthorized", "Unauthorized"))
+                return
+        decision = cluster.faults.decide(path)
+        if decision.refuse:
+            self._count("faults.refused")
+            self.close_connection = True
+            with contextlib.suppress(OSError):
+                self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        if decision.latency_s:
+            time.sleep(decision.latency_s)
+        body = self._body()
+        if decision.error_code:
+            self._count("faults.errors")
+            self._send_error(Faults.error_for(decision.error_code))
+            return
+        try:
+            self._route(method, path, params, body)
+        except ApiError as err:
+            self._send_error(err)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        except Exception as exc:
+            log.exception("internal error on %s %s", method, self.path)
+            self._send_error(ApiError(500, f"simcluster internal error: {exc}"))
+
+    # ------------------------------------------------------------- control
+    def _control(self, method: str, path: str) -> None:
+        cluster = self.server.cluster
+        body = self._body()
+        try:
+            if path == "/_sim/faults":
+                if method == "GET":
+                    self._send(200, _dumps(cluster.faults.snapshot()))
+                    return
+                if method in ("PUT", "POST", "PATCH"):
+                    changes = load_body(body)
+                    if not isinstance(changes, dict):
+                        raise ApiError(400, "faults body must be a JSON object")
+                    try:
+                        state = cluster.faults.update(**changes)
+                    except (ValueError, TypeError) as exc:
+                        raise ApiError(400, str(exc)) from exc
+                    self._send(200, _dumps(state))
+                    return
+            elif path == "/_sim/reset-faults" and method == "POST":
+                cluster.faults.reset()
+                self._send(200, _dumps(cluster.faults.snapshot()))
+                return
+            elif path == "/_sim/stats" and method == "GET":
+                with self.server.stats_lock:
+                    stats = dict(self.server.stats)
+                stats["objects"] = cluster.counts()
+                stats["resourceVersion"] = cluster.store.rv
+                self._send(200, _dumps(stats))
+                return
+            elif path == "/_sim/reset-stats" and method == "POST":
+                with self.server.stats_lock:
+                    self.server.stats.clear()
+                self._send(200, b"{}")
+                return
+            elif path == "/_sim/compact" and method == "POST":
+                cluster.compact_history()
+                self._send(200, _dumps({"resourceVersion": cluster.store.rv}))
+                return
+            elif path == "/_sim/healthz":
+                self._send(200, b"ok", "text/plain")
+                return
+            raise ApiError(404, f"unknown control endpoint {method} {path}")
+        except ApiError as err:
+            self._send_error(err)
+
+    # ------------------------------------------------------------- routing
+    def _route(self, method: str, path: str, params: dict[str, str], body: bytes) -> None:
+        if path in ("/healthz", "/readyz", "/livez"):
+            self._send(200, b"ok", "text/plain")
+            return
+        if path == "/version":
+            self._send(200, _dumps(VERSION))
+            return
+        if path == "/api":
+            host = self.headers.get("Host", "127.0.0.1")
+            self._send(
+                200,
+                _dumps(
+                    {
+                        "kind": "APIVersions",
+                        "versions": ["v1"],
+                        "serverAddressByClientCIDRs": [
+                            {"clientCIDR": "0.0.0.0/0", "serverAddress": host}
+                        ],
+                    }
+                ),
+            )
+            return
+        if path == "/apis":
+            self._send(200, _dumps(api_group_list()))
+            return
+        parts = path.strip("/").split("/")
+        if parts[0] == "api" and len(parts) >= 2:
+            gv, rest = parts[1], parts[2:]
+        elif parts[0] == "apis" and len(parts) >= 3:
+            gv, rest = f"{parts[1]}/{parts[2]}", parts[3:]
+        elif parts[0] == "apis" and len(parts) == 2:
+            self._group(parts[1])
+            return
+        else:
+            raise ApiError(404, "the server could not find the requested resource", "NotFound")
+        if gv not in GROUP_VERSIONS:
+            raise ApiError(404, "the server could not find the requested resource", "NotFound")
+        if not rest:
+            self._send(200, _dumps(api_resource_list(gv)))
+            return
+        ns: str | None = None
+        if len(rest) >= 3 and rest[0] == "namespaces":
+            cand = BY_PATH.get((gv, rest[2]))
+            if cand is not None and cand.namespaced:
+                ns, rest = rest[1], rest[2:]
+        rt = BY_PATH.get((gv, rest[0]))
+        if rt is None or len(rest) > 3:
+            raise ApiError(404, "the server could not find the requested resource", "NotFound")
+        name = rest[1] if len(rest) > 1 else None
+        sub = rest[2] if len(rest) > 2 else ""
+        if sub and sub not in rt.subresources:
+            raise ApiError(404, "the server could not find the requested resource", "NotFound")
+        if rt.namespaced and name is not None and ns is None:
+            raise ApiError(404, "the server could not find the requested resource", "NotFound")
+        if name is None:
+            self._collection(method, rt, ns, params, body, path)
+        else:
+            self._item(method, rt, ns or "", name, sub, params, body)
+
+    def _group(self, group: str) -> None:
+        for g in api_group_list()["groups"]:
+            if g["name"] == group:
+                self._send(200, _dumps({"kind": "APIGroup", "apiVersion": "v1", **g}))
+                return
+        raise ApiError(404, "the server could not find the requested resource", "NotFound")
+
+    def _manager(self, params: dict[str, str]) -> str:
+        if params.get("fieldManager"):
+            return params["fieldManager"]
+        ua = self.headers.get("User-Agent", "unknown")
+        return ua.split("/")[0] or "unknown"
+
+    def _json_body(self, body: bytes) -> Any:
+        ctype = (self.headers.get("Content-Type") or "application/json").split(";")[0].strip()
+        if ctype in ("application/json", ""):
+            return load_body(body)
+        if ctype in ("application/yaml", "application/x-yaml"):
+            import yaml
+
+            return yaml.safe_load(body)
+        raise ApiError(
+            415,
+            f"the body of the request was in an unknown format - accepted media types include: "
+            f"application/json, application/yaml (got {ctype})",
+            "UnsupportedMediaType",
+        )
+
+    def _wants_table(self) -> bool:
+        accept = self.headers.get("Accept", "")
+        return "as=Table" in accept
+
+    def _collection(
+        self,
+        method: str,
+        rt: ResourceType,
+        ns: str | None,
+        params: dict[str, str],
+        body: bytes,
+        path: str,
+    ) -> None:
+        cluster = self.server.cluster
+        if method == "GET":
+            if params.get("watch", "").lower() in ("1", "true"):
+                self._watch(rt, ns, params)
+                return
+            if self._wants_table():
+                lst = cluster.list_objects(rt, ns, params, path)
+                self._send(200, _dumps(_table(rt, lst["items"], lst["metadata"])))
+                return
+            self._send(200, cluster.op_list(rt, ns, params, path))
+            return
+        if method == "POST":
+            if rt.namespaced and ns is None:
+                raise _method_not_allowed()
+            code, out = cluster.op_create(
+                rt, ns or "", self._json_body(body), params, self._manager(params)
+            )
+            self._send(code, out)
+            return
+        if method == "DELETE":
+            self._send(200, cluster.op_delete_collection(rt, ns, params))
+            return
+        raise _method_not_allowed()
+
+    def _item(
+        self,
+        method: str,
+        rt: ResourceType,
+        ns: str,
+        name: str,
+        sub: str,
+        params: dict[str, str],
+        body: bytes,
+    ) -> None:
+        cluster = self.server.cluster
+        if sub == "eviction":
+            if method != "POST":
+                raise _method_not_allowed()
+            code, out = cluster.op_evict(ns, name, self._json_body(body), params)
+            self._send(code, out)
+            return
+        if method == "GET":
+            raw = cluster.op_get(rt, ns, name)
+            if self._wants_table():
+                obj = json.loads(raw)
+                meta = {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
+                self._send(200, _dumps(_table(rt, [obj], meta)))
+                return
+            self._send(200, raw)
+            return
+        if method == "PUT":
+            out = cluster.op_update(
+                rt,
+                ns,
+                name,
+                "status" if sub == "status" else "",
+                self._json_body(body),
+                params,
+                self._manager(params),
+            )
+            self._send(200, out)
+            return
+        if method == "PATCH":
+            ctype = self.headers.get("Content-Type") or ""
+            code, out = cluster.op_patch(
+                rt, ns, name, sub, body, ctype, params, self._manager(params)
+            )
+            self._send(code, out)
+            return
+        if method == "DELETE" and not sub:
+            self._send(200, cluster.op_delete(rt, ns, name, load_body(body), params))
+            return
+        raise _method_not_allowed()
+
+    # --------------------------------------------------------------- watch
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+    def _watch(self, rt: ResourceType, ns: str | None, params: dict[str, str]) -> None:
+        """Newline-delimited JSON events over chunked encoding, like the API server."""
+        cluster = self.server.cluster
+        store = cluster.store
+        lsel = parse_label_selector(params.get("labelSelector"))
+        fsel = parse_field_selector(params.get("fieldSelector"), rt.fields)
+        try:
+            timeout = float(params.get("timeoutSeconds") or 1800)
+        except ValueError as exc:
+            raise ApiError(400, "invalid timeoutSeconds") from exc
+        bookmarks = params.get("allowWatchBookmarks", "").lower() in ("1", "true")
+        rv_param = params.get("resourceVersion") or ""
+        initial: list[bytes] = []
+        with store.lock:
+            if rv_param in ("", "0"):
+                keys, lo, hi = store.key_range(rt.name, ns)
+                objs = store.objects[rt.name]
+                for k in keys[lo:hi]:
+                    rec = objs[k]
+                    if (lsel is None or lsel(rec.labels)) and (fsel is None or fsel(rec.fields)):
+                        initial.append(b'{"type":"ADDED","object":' + rec.raw + b"}\n")
+                last = store.rv
+            else:
+                try:
+                    last = int(rv_param)
+                except ValueError as exc:
+                    raise ApiError(400, f"invalid resource version: {rv_param!r}") from exc
+            too_old = store.events_after(last) is None
+            oldest = store.oldest_watchable_rv()
+        self._count("watches")
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Cache-Control", "no-cache, private")
+        self.end_headers()
+        try:
+            if too_old:
+                self._chunk(_gone_event(last, oldest))
+            else:
+                for i in range(0, len(initial), 500):
+                    self._chunk(b"".join(initial[i : i + 500]))
+                self._stream(rt, ns, lsel, fsel, last, timeout, bookmarks)
+            self.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            self.close_connection = True
+
+    def _stream(
+        self,
+        rt: ResourceType,
+        ns: str | None,
+        lsel: Any,
+        fsel: Any,
+        last: int,
+        timeout: float,
+        bookmarks: bool,
+    ) -> None:
+        cluster = self.server.cluster
+        store = cluster.store
+        deadline = time.monotonic() + timeout
+        interval = cluster.bookmark_interval_s
+        next_bookmark = time.monotonic() + interval
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                return
+            with store.cond:
+                events = store.events_after(last)
+                if events == [] and not store.closed:
+                    store.cond.wait(timeout=max(0.0, min(deadline, next_bookmark) - now))
+                    events = store.events_after(last)
+                closed = store.closed
+                oldest = store.oldest_watchable_rv()
+            if events is None:
+                self._chunk(_gone_event(last, oldest))
+                return
+            out = []
+            for ev in events:
+                last = ev.rv
+                if ev.resource != rt.name or (ns is not None and ev.namespace != ns):
+                    continue
+                if lsel is not None and not lsel(ev.labels):
+                    continue
+                if fsel is not None and not fsel(ev.fields):
+                    continue
+                out.append(ev.line())
+            if out:
+                self._chunk(b"".join(out))
+            if bookmarks and time.monotonic() >= next_bookmark:
+                obj = {
+                    "kind": rt.kind,
+                    "apiVersion": rt.api_version,
+                    "metadata": {"resourceVersion": str(last)},
+                }
+                self._chunk(b'{"type":"BOOKMARK","object":' + _dumps(obj) + b"}\n")
+                next_bookmark = time.monotonic() + interval
+            if closed:
+                return
+
+
+def _gone_event(rv: int, oldest: int) -> bytes:
+    st = status_body(410, f"too old resource version: {rv} ({oldest})", "Expired")
+    return b'{"type":"ERROR","object":' + _dumps(st) + b"}\n"
+
+
+def _method_not_allowed() -> ApiError:
+    return ApiError(
+        405, "the server does not allow this method on the requested resource", "MethodNotAllowed"
+    )
+
+
+def _kind_of(path: str) -> str:
+    parts = [p for p in path.split("/") if p]
+    if len(parts) >= 5 and parts[-3] == "namespaces":
+        return parts[-1]
+    for p in reversed(parts):
+        if (("v1", p) in BY_PATH) or any(k[1] == p for k in BY_PATH):
+            return p
+    return path
+
+
+# ------------------------------------------------------------------ tables
+
+
+def _age(ts: str | None) -> str:
+    if not ts:
+        return "<unknown>"
+    try:
+        t = datetime.strptime(ts, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        return "<unknown>"
+    s = int((datetime.now(UTC) - t).total_seconds())
+    if s < 120:
+        return f"{max(s, 0)}s"
+    if s < 7200:
+        return f"{s // 60}m"
+    if s < 172800:
+        return f"{s // 3600}h"
+    return f"{s // 86400}d"
+
+
+def _col(name: str, typ: str = "string", fmt: str = "", priority: int = 0) -> dict[str, Any]:
+    return {"name": name, "type": typ, "format": fmt, "description": name, "priority": priority}
+
+
+def _cells(rt: ResourceType, obj: dict[str, Any]) -> list[Any]:
+    meta = obj.get("metadata") or {}
+    age = _age(meta.get("creationTimestamp"))
+    status = obj.get("status") or {}
+    spec = obj.get("spec") or {}
+    if rt.name == "nodes":
+        ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+        st = "Ready" if ready.get("status") == "True" else "NotReady"
+        if spec.get("unschedulable"):
+            st += ",SchedulingDisabled"
+        labels = meta.get("labels") or {}
+        roles = ",".join(
+            sorted(k.split("/", 1)[1] for k in labels if k.startswith("node-role.kubernetes.io/"))
+        )
+        version = (status.get("nodeInfo") or {}).get("kubeletVersion", "")
+        return [meta.get("name"), st, roles or "<none>", age, version]
+    if rt.name == "pods":
+        n = len(spec.get("containers") or [])
+        ready = n if status.get("phase") == "Running" else 0
+        return [meta.get("name"), f"{ready}/{n}", status.get("phase", ""), 0, age]
+    if rt.name == "resourcequotas":
+        hard = status.get("hard") or {}
+        used = status.get("used") or {}
+        req = ", ".join(
+            f"{k}: {used.get(k, '0')}/{v}"
+            for k, v in sorted(hard.items())
+            if not k.startswith("limits.")
+        )
+        lim = ", ".join(
+            f"{k}: {used.get(k, '0')}/{v}"
+            for k, v in sorted(hard.items())
+            if k.startswith("limits.")
+        )
+        return [meta.get("name"), age, req, lim]
+    if rt.name == "namespaces":
+        return [meta.get("name"), status.get("phase", "Active"), age]
+    return [meta.get("name"), age]
+
+
+def _columns(rt: ResourceType) -> list[dict[str, Any]]:
+    if rt.name == "nodes":
+        return [
+            _col("Name", fmt="name"),
+            _col("Status"),
+            _col("Roles"),
+            _col("Age"),
+            _col("Version"),
+        ]
+    if rt.name == "pods":
+        return [
+            _col("Name", fmt="name"),
+            _col("Ready"),
+            _col("Status"),
+            _col("Restarts", "integer"),
+            _col("Age"),
+        ]
+    if rt.name == "resourcequotas":
+        return [_col("Name", fmt="name"), _col("Age"), _col("Request"), _col("Limit")]
+    if rt.name == "namespaces":
+        return [_col("Name", fmt="name"), _col("Status"), _col("Age")]
+    return [_col("Name", fmt="name"), _col("Age")]
+
+
+def _table(rt: ResourceType, items: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
+    rows = []
+    for obj in items:
+        m = dict(obj.get("metadata") or {})
+        m.pop("managedFields", None)
+        rows.append(
+            {
+                "cells": _cells(rt, obj),
+                "object": {
+                    "kind": "PartialObjectMetadata",
+                    "apiVersion": "meta.k8s.io/v1",
+                    "metadata": m,
+                },
+            }
+        )
+    return {
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": meta,
+        "columnDefinitions": _columns(rt),
+        "rows": rows,
+    }
