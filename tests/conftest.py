@@ -110,7 +110,9 @@ def _database_url_for_current_db() -> str:
     auth = quote(s["USER"] or "")
     if s["PASSWORD"]:
         auth += ":" + quote(s["PASSWORD"])
-    host = quote(s["HOST"] or "", safe="")
+    host = s["HOST"] or ""
+    if host.startswith("/"):  # a unix socket directory: django-environ's form
+        return f"postgres://{auth}@/{quote(host, safe='')}/{s['NAME']}"
     port = f":{s['PORT']}" if s["PORT"] else ""
     return f"postgres://{auth}@{host}{port}/{s['NAME']}"
 

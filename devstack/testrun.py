@@ -1,0 +1,107 @@
+"""``make test``: the whole suite against real PostgreSQL and Redis, on a clean machine too.
+
+The test services live in ``$DATA_DIR/test`` so a running demo and a test run never share a
+socket or a database.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from . import REPO_ROOT, data_dir
+from .services import ServiceError, data_lock, start_services
+
+NO_TESTS_COLLECTED = 5
+
+
+def log(message: str) -> None:
+    """devstack's own lines, told apart from pytest's."""
+    print(f"devstack| {message}", flush=True)
+
+
+def run_foreground(argv: Sequence[str], env: dict[str, str]) -> int:
+    """Run a command in our process group (Ctrl-C reaches it directly); forward SIGTERM."""
+    proc = subprocess.Popen(list(argv), env=env, cwd=REPO_ROOT)
+
+    def forward(signum: int, _frame: object) -> None:
+        proc.send_signal(signum)
+
+    # SIGINT already reaches the child from the terminal; we must only survive it.
+    previous = {
+        signal.SIGINT: signal.signal(signal.SIGINT, lambda *_: None),
+        signal.SIGTERM: signal.signal(signal.SIGTERM, forward),
+        signal.SIGHUP: signal.signal(signal.SIGHUP, forward),
+    }
+    try:
+        return proc.wait()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def run_tests(pytest_args: Sequence[str]) -> int:
+    """Services, migration check, pytest; returns pytest's exit code (no tests is a failure)."""
+    root = data_dir() / "test"
+    try:
+        with data_lock(root, wait=True, what="test run", log=log):
+            services = start_services(root, persistent=False, log=log)
+            try:
+                return _run(services.env(), services.describe(), root, pytest_args)
+            finally:
+                services.stop(log)
+    except ServiceError as exc:
+        log(f"error: {exc}")
+        return 2
+
+
+def run_command(argv: Sequence[str]) -> int:
+    """Run any command (benchmarks, a one-off manage.py) with its own embedded services.
+
+    The services live in ``$DATA_DIR/run``, apart from the demo's and the tests'.
+    """
+    if not argv:
+        log("usage: python -m devstack run -- COMMAND [ARGS...]")
+        return 2
+    root = data_dir() / "run"
+    try:
+        with data_lock(root, wait=True, what="devstack run", log=log):
+            services = start_services(root, persistent=False, log=log)
+            try:
+                for note in services.describe():
+                    log(note)
+                env = dict(os.environ)
+                env.update(services.env())
+                env["DATA_DIR"] = str(root)
+                env.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+                return run_foreground(argv, env)
+            finally:
+                services.stop(log)
+    except ServiceError as exc:
+        log(f"error: {exc}")
+        return 2
+
+
+def _run(service_env: dict[str, str], notes: list[str], root: Path, args: Sequence[str]) -> int:
+    for note in notes:
+        log(note)
+    env = dict(os.environ)
+    env.update(service_env)
+    env["DATA_DIR"] = str(root)
+    env.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    env.setdefault("PYTHONDONTWRITEBYTECODE", "1")
+    py = sys.executable
+
+    rc = run_foreground([py, "manage.py", "makemigrations", "--check", "--dry-run"], env)
+    if rc != 0:
+        log("a model change has no migration: run `.venv/bin/python manage.py makemigrations`")
+        return rc
+
+    rc = run_foreground([py, "-m", "pytest", *(args or ["tests/"])], env)
+    if rc == NO_TESTS_COLLECTED:
+        log("pytest collected no tests; treating that as a failure")
+    return rc

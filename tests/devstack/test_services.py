@@ -1,0 +1,108 @@
+"""The embedded services behind `make demo` / `make test`, and the URLs they hand to Django."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import environ
+import pytest
+
+from devstack.services import (
+    EmbeddedPostgres,
+    EmbeddedRedis,
+    ServiceError,
+    _short_socket_path,
+    data_lock,
+    postgres_socket_url,
+    redact,
+    redis_ping,
+    redis_socket_url,
+)
+from portal.env import celery_broker_url
+
+
+def quiet(_message: str) -> None:
+    pass
+
+
+def test_database_url_names_the_socket_dir_for_django() -> None:
+    url = postgres_socket_url(Path("/tmp/a b+c/pg"), "portal")
+    config = environ.Env.db_url_config(url)
+    assert config["HOST"] == "/tmp/a b+c/pg"
+    assert config["NAME"] == "portal"
+    assert config["USER"] == "postgres"
+    assert config["ENGINE"] == "django.db.backends.postgresql"
+
+
+def test_redis_url_is_redis_py_style_and_settings_translate_it_for_celery() -> None:
+    url = redis_socket_url(Path("/data/redis/redis.sock"))
+    assert url == "unix:///data/redis/redis.sock?db=0"
+    assert celery_broker_url(url) == "redis+socket:///data/redis/redis.sock?db=0"
+
+
+def test_redact_hides_only_the_password() -> None:
+    assert redact("postgres://app:hunter2@db:5432/portal") == "postgres://app:***@db:5432/portal"
+    assert redact("redis://cache:6379/0") == "redis://cache:6379/0"
+
+
+def test_too_long_socket_paths_move_to_the_temp_dir() -> None:
+    short = Path("/tmp/x/redis.sock")
+    assert _short_socket_path(short) == short
+    moved = _short_socket_path(Path("/" + "d" * 120) / "redis.sock")
+    assert moved.name == "redis.sock"
+    assert len(os.fsencode(moved)) < 100
+
+
+def test_a_second_demo_on_the_same_data_is_refused(tmp_path: Path) -> None:
+    with (
+        data_lock(tmp_path, wait=False, what="demo", log=quiet),
+        pytest.raises(ServiceError, match="already running"),
+        data_lock(tmp_path, wait=False, what="demo", log=quiet),
+    ):
+        pass
+    with data_lock(tmp_path, wait=False, what="demo", log=quiet):
+        pass  # released again
+
+
+def test_embedded_redis_answers_ping_on_its_socket(tmp_path: Path) -> None:
+    redis = EmbeddedRedis(tmp_path / "redis", persistent=False)
+    redis.start(quiet)
+    try:
+        assert redis.alive()
+        assert redis_ping(redis.socket_path)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.connect(str(redis.socket_path))
+            sock.sendall(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n")
+            assert sock.recv(16) == b"+OK\r\n"
+        pid = redis.proc.pid if redis.proc else 0
+    finally:
+        redis.stop(quiet)
+    assert not redis.alive()
+    assert not redis.socket_path.exists()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+@pytest.mark.skipif(
+    bool(os.environ.get("DATABASE_URL")),
+    reason="the suite's own database is external (DATABASE_URL is set)",
+)
+def test_embedded_postgres_starts_creates_the_database_and_stops(tmp_path: Path) -> None:
+    import psycopg2
+
+    postgres = EmbeddedPostgres(tmp_path / "postgres")
+    postgres.start(quiet)
+    try:
+        assert postgres.ensure_database("portal") is True
+        assert postgres.ensure_database("portal") is False
+        config = environ.Env.db_url_config(postgres.url("portal"))
+        conn = psycopg2.connect(host=config["HOST"], dbname=config["NAME"], user=config["USER"])
+        with conn, conn.cursor() as cur:
+            cur.execute("SELECT current_database()")
+            assert cur.fetchone() == ("portal",)
+        conn.close()
+    finally:
+        postgres.stop(quiet)
+    assert not postgres.alive()
