@@ -43,8 +43,10 @@ def peak_rss_mb() -> float:
 
 
 def bench_database_url() -> str:
+    """DATABASE_URL with the database name (its last path segment) replaced."""
     parts = urlsplit(os.environ["DATABASE_URL"])
-    return urlunsplit(parts._replace(path=f"/{BENCH_DB}"))
+    head = parts.path.rsplit("/", 1)[0]
+    return urlunsplit(parts._replace(path=f"{head}/{BENCH_DB}"))
 
 
 def django_setup() -> None:
@@ -64,12 +66,13 @@ def phase_baseline(args) -> dict:
     django_setup()
     from inventory.kube import KubeGateway
     from inventory.models import Cluster
-    from inventory.sync import NON_TERMINAL_PODS
+    from inventory.sync import NON_TERMINAL_PODS, gc_paused
 
     cluster = Cluster(slug="bench", auth_method="kubeconfig", kubeconfig_path=args.kubeconfig)
     start = time.perf_counter()
     counts = {"nodes": 0, "pods": 0}
-    with KubeGateway(cluster) as gw:
+    # Same conditions as the sync, which pauses the cyclic GC while it reads.
+    with KubeGateway(cluster) as gw, gc_paused():
         for page in gw.list_pages("nodes", limit=args.page_size):
             counts["nodes"] += len(page.items)
         for page in gw.list_pages("pods", limit=args.page_size, field_selector=NON_TERMINAL_PODS):
@@ -166,10 +169,14 @@ def run_phase(name: str, args) -> dict:
 
 
 def prepare_database() -> None:
+    import environ
     import psycopg2
 
-    admin_url = os.environ["DATABASE_URL"]
-    conn = psycopg2.connect(admin_url)
+    cfg = environ.Env.db_url_config(os.environ["DATABASE_URL"])
+    conn = psycopg2.connect(
+        dbname=cfg["NAME"], user=cfg["USER"], password=cfg["PASSWORD"] or None,
+        host=cfg["HOST"] or None, port=cfg["PORT"] or None,
+    )  # fmt: skip
     conn.autocommit = True
     with conn.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 
-from .models import is_gpu_resource
+from .models import GPU_RESOURCE, MIG_RESOURCE_PREFIX, is_gpu_resource
 
 NV = "nvidia.com/"
 DEPLOY_LABEL_PREFIX = "nvidia.com/gpu.deploy."
@@ -87,11 +87,14 @@ class NodeFacts:
     resources: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def fingerprint(self) -> str:
-        """A digest of every stored field: equal digests mean nothing to write."""
-        data = asdict(self)
-        data["k8s_created_at"] = str(self.k8s_created_at)
-        blob = json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
-        return hashlib.blake2b(blob, digest_size=16).hexdigest()
+        """A digest of every stored field: equal digests mean nothing to write.
+
+        Built from the field values directly (``dataclasses.asdict`` deep-copies, which
+        cost more than the rest of a node's sync).
+        """
+        values = [getattr(self, f.name) for f in fields(self)]
+        blob = json.dumps(values, sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.blake2b(blob.encode(), digest_size=16).hexdigest()
 
 
 def parse_node(obj: dict) -> NodeFacts:
@@ -182,25 +185,60 @@ def pod_gpu_requests(spec: dict) -> dict[str, int]:
 
 
 def _container_gpu_requests(container: dict) -> dict[str, int]:
+    """GPU requests of one container; limits stand in where a request is missing.
+
+    Runs for every container of every pod in the cluster, most of which request no GPU,
+    so it avoids allocating anything until it finds a GPU resource.
+    """
     resources = container.get("resources")
     if not resources:
         return {}
-    requests = resources.get("requests") or {}
-    limits = resources.get("limits") or {}
     found: dict[str, int] = {}
-    for name in requests.keys() | limits.keys():
-        if is_gpu_resource(name):
-            found[name] = parse_quantity(requests.get(name, limits.get(name)))
+    for section in (resources.get("requests"), resources.get("limits")):
+        if not section:
+            continue
+        for name, value in section.items():
+            if name in found:
+                continue
+            if name == GPU_RESOURCE or name.startswith(MIG_RESOURCE_PREFIX):
+                found[name] = parse_quantity(value)
     return found
+
+
+def _mentions_gpu(spec: dict) -> bool:
+    """Cheap first pass: does any container ask for an ``nvidia.com/`` resource at all?
+
+    The sync sees every pod in the cluster and most request no GPU; this check costs a
+    fraction of computing the effective request, which only GPU pods then pay. It is
+    written for speed (no allocations, no helper calls): it runs 150,000 times a sync.
+    """
+    for container in spec.get("containers") or ():
+        resources = container.get("resources")
+        if resources:
+            requests = resources.get("requests")
+            if requests:
+                for name in requests:
+                    if name.startswith(NV):
+                        return True
+            limits = resources.get("limits")
+            if limits:
+                for name in limits:
+                    if name.startswith(NV):
+                        return True
+    if "initContainers" in spec or "overhead" in spec:
+        return bool(pod_gpu_requests(spec))
+    return False
 
 
 def parse_gpu_pod(obj: dict) -> PodFacts | None:
     """Facts of a non-terminal pod that requests GPUs, or None for any other pod."""
+    spec = obj.get("spec")
+    if not spec or not _mentions_gpu(spec):
+        return None
     status = obj.get("status") or {}
     phase = status.get("phase") or "Pending"
     if phase in TERMINAL_PHASES:
         return None
-    spec = obj.get("spec") or {}
     requests = pod_gpu_requests(spec)
     if not requests:
         return None
