@@ -2,7 +2,13 @@
 
 import pytest
 
-from inventory.parsing import parse_gpu_pod, parse_node, parse_quantity, pod_gpu_requests
+from inventory.parsing import (
+    node_fingerprint,
+    parse_gpu_pod,
+    parse_node,
+    parse_quantity,
+    pod_gpu_requests,
+)
 
 
 @pytest.mark.parametrize(
@@ -74,13 +80,22 @@ def test_time_sliced_node_and_fingerprint_changes_with_content():
         "nvidia.com/gpu.replicas": "4",
         "nvidia.com/gpu.sharing-strategy": "time-slicing",
     }
-    a = parse_node(_node(labels, {"nvidia.com/gpu": "16"}))
-    b = parse_node(_node(labels, {"nvidia.com/gpu": "16"}))
-    c = parse_node(_node(labels, {"nvidia.com/gpu": "16"}, {"nvidia.com/gpu": "12"}))
-    d = parse_node(_node(labels, {"nvidia.com/gpu": "16"}, unschedulable=True))
-    assert (a.sharing_strategy, a.gpu_replicas) == ("time-slicing", 4)
-    assert a.fingerprint() == b.fingerprint()
-    assert len({a.fingerprint(), c.fingerprint(), d.fingerprint()}) == 3
+    gpu = {"nvidia.com/gpu": "16"}
+    a = _node(labels, gpu)
+    facts = parse_node(a)
+    assert (facts.sharing_strategy, facts.gpu_replicas) == ("time-slicing", 4)
+    heartbeat = _node(labels, gpu)
+    heartbeat["status"]["conditions"][0]["lastHeartbeatTime"] = "2026-11-30T10:00:00Z"
+    assert node_fingerprint(a) == node_fingerprint(_node(labels, gpu))
+    assert node_fingerprint(a) == node_fingerprint(heartbeat)  # heartbeats are noise
+    changed = [
+        _node(labels, gpu, {"nvidia.com/gpu": "12"}),
+        _node(labels, gpu, unschedulable=True),
+        _node(labels, gpu, ready="False"),
+        _node({**labels, "nvidia.com/mig.config": "all-1g.10gb"}, gpu),
+    ]
+    prints = {node_fingerprint(n) for n in changed}
+    assert len(prints) == len(changed) and node_fingerprint(a) not in prints
 
 
 def test_cpu_node_has_no_gpu_facts():

@@ -228,3 +228,14 @@ def test_bad_credentials_fail_permanently(db, tmp_path):
     cluster = make_cluster("broken", kubeconfig_path=str(tmp_path / "missing"))
     run = sync_cluster(cluster)
     assert run.status == "failed" and "credentials" in run.error
+
+
+@pytest.mark.django_db(transaction=True)
+def test_outside_a_transaction_writes_go_through_the_writer_thread(sim_cluster, fleet):
+    """Production path: no outer transaction, so batches commit on the writer's connection."""
+    run = sync_cluster(sim_cluster, page_size=2)
+    assert run.status == "succeeded", run.error
+    assert run.rows_created > 0
+    assert GpuPod.objects.count() == 4 and Node.objects.count() == 4
+    assert (requested("gpu-0"), requested("gpu-1")) == (4, 3)
+    assert sync_cluster(sim_cluster, page_size=2).rows_written == 0
