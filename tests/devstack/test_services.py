@@ -85,10 +85,6 @@ def test_embedded_redis_answers_ping_on_its_socket(tmp_path: Path) -> None:
         os.kill(pid, 0)
 
 
-@pytest.mark.skipif(
-    bool(os.environ.get("DATABASE_URL")),
-    reason="the suite's own database is external (DATABASE_URL is set)",
-)
 def test_embedded_postgres_starts_creates_the_database_and_stops(tmp_path: Path) -> None:
     import psycopg2
 
