@@ -152,7 +152,27 @@ CELERY_BEAT_SCHEDULE = {
         "task": "inventory.tasks.sync_all_clusters",
         "schedule": timedelta(seconds=INVENTORY_SYNC_INTERVAL),
     },
+    "quotas-redispatch-operations": {
+        "task": "quotas.tasks.redispatch_operations",
+        "schedule": timedelta(seconds=env.int("QUOTA_REDISPATCH_INTERVAL", default=15)),
+    },
+    "quotas-grant-windows": {
+        "task": "quotas.tasks.process_grant_windows",
+        "schedule": timedelta(seconds=env.int("QUOTA_WINDOW_INTERVAL", default=60)),
+    },
+    "quotas-reconcile": {
+        "task": "quotas.tasks.reconcile_quotas",
+        "schedule": timedelta(seconds=env.int("QUOTA_RECONCILE_INTERVAL", default=120)),
+    },
 }
+
+# Quotas.
+QUOTA_NAME = env.str("QUOTA_NAME", default="gpu-portal-quota")
+QUOTA_MAX_DURATION_DAYS = env.int("QUOTA_MAX_DURATION_DAYS", default=90)
+QUOTA_REMINDER_DAYS = env.int("QUOTA_REMINDER_DAYS", default=3)
+QUOTA_OPERATION_LEASE_SECONDS = env.int("QUOTA_OPERATION_LEASE_SECONDS", default=300)
+PORTAL_URL = env.str("PORTAL_URL", default="http://127.0.0.1:8000")
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="gpu-portal@localhost")
 
 # Inventory sync tuning.
 INVENTORY_PAGE_SIZE = env.int("INVENTORY_PAGE_SIZE", default=500)

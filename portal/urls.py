@@ -31,5 +31,6 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("account/", views.account, name="account"),
     path("account/tokens/<uuid:pk>/revoke/", views.revoke_token, name="token-revoke"),
+    path("", include("quotas.urls")),
     path("", include("inventory.urls")),
 ]

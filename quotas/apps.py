@@ -2,6 +2,6 @@ from django.apps import AppConfig
 
 
 class QuotasConfig(AppConfig):
-    """Teams, quota requests, grants and the operations that apply them (see issue #3)."""
+    """Teams, quota requests, grants and the operations that apply them."""
 
     name = "quotas"

@@ -1,0 +1,90 @@
+from django.contrib import admin
+
+from .models import (
+    AuditEvent,
+    Grant,
+    Membership,
+    Operation,
+    OvercommitPolicy,
+    QuotaRequest,
+    Team,
+    TeamNamespace,
+)
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 1
+    autocomplete_fields = ["user"]
+
+
+class NamespaceInline(admin.TabularInline):
+    model = TeamNamespace
+    extra = 1
+
+
+@admin.register(Team)
+class TeamAdmin(admin.ModelAdmin):
+    list_display = ["name", "slug", "created_at"]
+    search_fields = ["name", "slug"]
+    prepopulated_fields = {"slug": ["name"]}
+    inlines = [MembershipInline, NamespaceInline]
+
+
+@admin.register(TeamNamespace)
+class TeamNamespaceAdmin(admin.ModelAdmin):
+    list_display = ["name", "cluster", "team", "created_by_portal"]
+    list_filter = ["cluster", "team"]
+    search_fields = ["name"]
+
+
+@admin.register(OvercommitPolicy)
+class OvercommitPolicyAdmin(admin.ModelAdmin):
+    list_display = ["cluster", "resource", "ratio"]
+
+
+@admin.register(Grant)
+class GrantAdmin(admin.ModelAdmin):
+    """Read-only here: grants change through requests (and their audit trail)."""
+
+    list_display = ["namespace", "resource", "amount", "starts_at", "ends_at", "kind", "ended_at"]
+    list_filter = ["kind", "resource"]
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(QuotaRequest)
+class QuotaRequestAdmin(admin.ModelAdmin):
+    list_display = ["team", "namespace", "kind", "resource", "amount", "status", "created_at"]
+    list_filter = ["status", "kind", "resource"]
+    readonly_fields = [f.name for f in QuotaRequest._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+
+@admin.register(Operation)
+class OperationAdmin(admin.ModelAdmin):
+    list_display = ["namespace", "reason", "status", "attempts", "created_at", "finished_at"]
+    list_filter = ["status", "reason"]
+    readonly_fields = [f.name for f in Operation._meta.fields]
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(admin.ModelAdmin):
+    list_display = ["at", "actor_name", "action", "object_type", "object_id", "team"]
+    list_filter = ["action", "object_type"]
+    readonly_fields = [f.name for f in AuditEvent._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

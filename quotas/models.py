@@ -1,0 +1,385 @@
+"""Teams, their namespaces, quota requests, grants, apply operations and the audit trail.
+
+State changes go through model methods and ``quotas.services``; every one writes an
+append-only ``AuditEvent`` (and, for requests, a ``RequestEvent`` in the timeline).
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from inventory.models import Cluster
+
+DNS_LABEL = RegexValidator(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+    "Use lower-case letters, digits and '-', starting and ending with a letter or digit.",
+)
+
+
+class Team(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    slug = models.SlugField(max_length=63, unique=True, validators=[DNS_LABEL])
+    name = models.CharField(max_length=100)
+    description = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(models.Model):
+    class Role(models.TextChoices):
+        MEMBER = "member", "member"
+        MANAGER = "manager", "manager"
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["team__name", "user__username"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "user"], name="membership_unique"),
+        ]
+
+
+class TeamNamespace(models.Model):
+    """A Kubernetes namespace of one team on one cluster, whose GPU quota the portal manages."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="namespaces")
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="team_namespaces")
+    name = models.CharField(max_length=63, validators=[DNS_LABEL])
+    created_by_portal = models.BooleanField(default=False)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["cluster__name", "name"]
+        constraints = [
+            # A namespace's quota has one owner.
+            models.UniqueConstraint(fields=["cluster", "name"], name="teamnamespace_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.slug}/{self.name}"
+
+
+class OvercommitPolicy(models.Model):
+    """How far grants may exceed allocatable for one resource on one cluster (default 1.0)."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="overcommit")
+    resource = models.CharField(max_length=100)
+    ratio = models.DecimalField(
+        max_digits=4,
+        decimal_places=2,
+        default=1,
+        validators=[MinValueValidator(0), MaxValueValidator(10)],
+    )
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "resource"], name="overcommit_unique"),
+        ]
+
+
+class CapacityLock(models.Model):
+    """One row per (cluster, resource): approvals lock it so they run one at a time.
+
+    Row locks on the grants themselves cannot stop two approvals that each insert a new
+    grant; a lock on the pool they draw from can.
+    """
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE)
+    resource = models.CharField(max_length=100)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "resource"], name="capacitylock_unique"),
+        ]
+
+
+class GrantQuerySet(models.QuerySet):
+    def active_at(self, when: datetime) -> GrantQuerySet:
+        return self.filter(ended_at__isnull=True, starts_at__lte=when).filter(
+            Q(ends_at__isnull=True) | Q(ends_at__gt=when)
+        )
+
+    def overlapping(self, start: datetime, end: datetime | None) -> GrantQuerySet:
+        """Grants that reserve capacity at some instant of [start, end)."""
+        qs = self.filter(ended_at__isnull=True).filter(
+            Q(ends_at__isnull=True) | Q(ends_at__gt=start)
+        )
+        return qs if end is None else qs.filter(starts_at__lt=end)
+
+
+class Grant(models.Model):
+    """+amount of one resource for one team namespace, permanently or for a window."""
+
+    class Kind(models.TextChoices):
+        REQUEST = "request", "approved request"
+        BASELINE = "baseline", "team baseline"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    namespace = models.ForeignKey(TeamNamespace, on_delete=models.PROTECT, related_name="grants")
+    resource = models.CharField(max_length=100)
+    amount = models.PositiveIntegerField()
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField(null=True, blank=True, help_text="empty: permanent")
+    kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.REQUEST)
+    # Set when the grant stops counting early (released) or at its end (expired).
+    ended_at = models.DateTimeField(null=True, blank=True)
+    end_reason = models.CharField(max_length=20, blank=True)
+    reminder_sent_at = models.DateTimeField(null=True, blank=True)
+    # True once an apply was queued with this grant counting (at approval when it starts
+    # at once; by beat when its start arrives).
+    start_applied = models.BooleanField(default=False)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = GrantQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(condition=Q(amount__gt=0), name="grant_amount_positive"),
+            models.CheckConstraint(
+                condition=Q(ends_at__isnull=True) | Q(ends_at__gt=models.F("starts_at")),
+                name="grant_ends_after_start",
+            ),
+        ]
+        indexes = [
+            # Serves the capacity sweep: grants of one resource still counting.
+            models.Index(
+                fields=["resource", "starts_at"],
+                condition=Q(ended_at__isnull=True),
+                name="grant_open_by_resource",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"+{self.amount} {self.resource} for {self.namespace}"
+
+    @property
+    def team(self) -> Team:
+        return self.namespace.team
+
+    def state(self, now: datetime | None = None) -> str:
+        now = now or timezone.now()
+        if self.ended_at is not None:
+            return self.end_reason or "ended"
+        if self.starts_at > now:
+            return "upcoming"
+        if self.ends_at is not None and self.ends_at <= now:
+            return "expired"
+        return "active"
+
+
+class QuotaRequest(models.Model):
+    class Kind(models.TextChoices):
+        NEW = "new", "new grant"
+        RENEWAL = "renewal", "renewal"
+        RELEASE = "release", "release"
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        APPROVED = "approved"
+        APPLYING = "applying"
+        APPLIED = "applied"
+        REJECTED = "rejected"
+        CANCELLED = "cancelled"
+        FAILED = "failed"
+
+    OPEN = (Status.PENDING, Status.APPROVED, Status.APPLYING)
+    TERMINAL = (Status.APPLIED, Status.REJECTED, Status.CANCELLED, Status.FAILED)
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="requests")
+    namespace = models.ForeignKey(TeamNamespace, on_delete=models.PROTECT, related_name="requests")
+    kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.NEW)
+    # Renewals extend this grant, releases end it.
+    target_grant = models.ForeignKey(
+        Grant, on_delete=models.PROTECT, null=True, blank=True, related_name="change_requests"
+    )
+    resource = models.CharField(max_length=100)
+    amount = models.PositiveIntegerField()
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField(null=True, blank=True, help_text="empty: permanent")
+    justification = models.TextField(max_length=2000)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="quota_requests"
+    )
+    on_behalf = models.BooleanField(default=False, help_text="filed by an admin for the team")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_note = models.TextField(blank=True, max_length=2000)
+    grant = models.OneToOneField(
+        Grant, on_delete=models.PROTECT, null=True, blank=True, related_name="request"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(condition=Q(amount__gt=0), name="request_amount_positive"),
+            models.CheckConstraint(
+                condition=Q(ends_at__isnull=True) | Q(ends_at__gt=models.F("starts_at")),
+                name="request_ends_after_start",
+            ),
+        ]
+        indexes = [
+            # Serves the admin queue: open requests, oldest first.
+            models.Index(
+                fields=["created_at"],
+                condition=Q(status="pending"),
+                name="request_pending_queue",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} {self.amount} {self.resource} for {self.namespace}"
+
+    @property
+    def is_open(self) -> bool:
+        return self.status in self.OPEN
+
+    @property
+    def duration(self) -> timedelta | None:
+        return None if self.ends_at is None else self.ends_at - self.starts_at
+
+
+class RequestEvent(models.Model):
+    """One transition of a request: the timeline on its page. Append-only."""
+
+    request = models.ForeignKey(QuotaRequest, on_delete=models.CASCADE, related_name="events")
+    from_status = models.CharField(max_length=10, blank=True)
+    to_status = models.CharField(max_length=10)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True
+    )
+    note = models.TextField(blank=True)
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+
+class Operation(models.Model):
+    """Outbox row: make one namespace's managed ResourceQuota match the database.
+
+    Written in the same transaction as the change that needs it; a worker claims it with a
+    conditional UPDATE; beat re-dispatches rows that stalled. Applying is idempotent: the
+    desired quota is recomputed from the grants active at apply time.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    namespace = models.ForeignKey(
+        TeamNamespace, on_delete=models.CASCADE, related_name="operations"
+    )
+    reason = models.CharField(max_length=30)  # approval, release, expiry, start, drift, baseline
+    requests = models.ManyToManyField(QuotaRequest, blank=True, related_name="operations")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    max_attempts = models.PositiveIntegerField(default=8)
+    last_error = models.TextField(blank=True)
+    next_attempt_at = models.DateTimeField(default=timezone.now)
+    lease_until = models.DateTimeField(null=True, blank=True)
+    applied_hard = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            # Serves the re-dispatcher: unfinished operations that are due.
+            models.Index(
+                fields=["next_attempt_at"],
+                condition=Q(status__in=["pending", "running"]),
+                name="operation_due",
+            ),
+        ]
+
+
+class OperationAttempt(models.Model):
+    """One try of an operation, with its outcome (shown on the request page)."""
+
+    operation = models.ForeignKey(Operation, on_delete=models.CASCADE, related_name="attempt_log")
+    number = models.PositiveIntegerField()
+    started_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    ok = models.BooleanField(default=False)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["operation", "number"]
+
+
+class AuditEvent(models.Model):
+    """Append-only record of every state change: who, what, before, after, when."""
+
+    id = models.BigAutoField(primary_key=True)
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True
+    )
+    # "alice", or "system" for workers; kept when the user is deleted.
+    actor_name = models.CharField(max_length=150)
+    action = models.CharField(max_length=50, db_index=True)
+    object_type = models.CharField(max_length=50)
+    object_id = models.CharField(max_length=64)
+    team = models.ForeignKey(Team, on_delete=models.SET_NULL, null=True, blank=True)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    note = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+
+class NotificationOptOut(models.Model):
+    """A user who does not want e-mails of one kind (all kinds are on by default)."""
+
+    class Kind(models.TextChoices):
+        NEW_REQUEST = "new_request", "new request (admins)"
+        APPROVED = "approved", "request approved"
+        REJECTED = "rejected", "request rejected"
+        APPLIED = "applied", "quota applied"
+        FAILED = "failed", "apply failed"
+        EXPIRING = "expiring", "grant expiring soon"
+        EXPIRED = "expired", "grant expired"
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notification_opt_outs"
+    )
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "kind"], name="optout_unique"),
+        ]

@@ -1,0 +1,123 @@
+"""E-mail notifications, sent after the transaction commits, honouring opt-outs."""
+
+from __future__ import annotations
+
+import logging
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.mail import send_mass_mail
+from django.db import transaction
+from django.urls import reverse
+
+from .models import Membership, NotificationOptOut, QuotaRequest
+
+log = logging.getLogger(__name__)
+Kind = NotificationOptOut.Kind
+
+
+def _recipients(users, kind: str) -> list[str]:
+    ids = {u.pk for u in users if u is not None and u.email}
+    opted_out = set(
+        NotificationOptOut.objects.filter(user_id__in=ids, kind=kind).values_list(
+            "user_id", flat=True
+        )
+    )
+    return sorted({u.email for u in users if u is not None and u.email and u.pk not in opted_out})
+
+
+def _send(kind: str, users, subject: str, body: str) -> None:
+    to = _recipients(list(users), kind)
+    if not to:
+        return
+    messages = [(subject, body, settings.DEFAULT_FROM_EMAIL, [address]) for address in to]
+
+    def deliver() -> None:
+        try:
+            send_mass_mail(messages, fail_silently=False)
+        except Exception:  # a mail outage must not break the workflow
+            log.exception("could not send %s notification to %s", kind, to)
+
+    transaction.on_commit(deliver)
+
+
+def _link(req: QuotaRequest) -> str:
+    return settings.PORTAL_URL.rstrip("/") + reverse("quotas:request", args=[req.pk])
+
+
+def _team_people(req: QuotaRequest):
+    managers = [
+        m.user
+        for m in Membership.objects.filter(
+            team=req.team, role=Membership.Role.MANAGER
+        ).select_related("user")
+    ]
+    return [req.requested_by, *managers]
+
+
+def _describe(req: QuotaRequest) -> str:
+    window = (
+        "permanently"
+        if req.ends_at is None
+        else (f"from {req.starts_at:%Y-%m-%d %H:%M} to {req.ends_at:%Y-%m-%d %H:%M} UTC")
+    )
+    return f"{req.amount} x {req.resource} in {req.namespace} {window}"
+
+
+def new_request(req: QuotaRequest) -> None:
+    admins = get_user_model().objects.filter(is_staff=True, is_active=True)
+    _send(
+        Kind.NEW_REQUEST, admins,
+        f"[GPU portal] {req.team.name} asks for {req.amount} {req.resource}",
+        f"{req.requested_by} asks for {_describe(req)}.\n\n{req.justification}\n\n{_link(req)}\n",
+    )  # fmt: skip
+
+
+def decided(req: QuotaRequest) -> None:
+    kind = Kind.APPROVED if req.status == QuotaRequest.Status.APPROVED else Kind.REJECTED
+    note = f"\nNote: {req.decision_note}\n" if req.decision_note else ""
+    _send(
+        kind, _team_people(req),
+        f"[GPU portal] request {req.status}: {req.amount} {req.resource} for {req.team.name}",
+        f"Your request for {_describe(req)} was {req.status}.{note}\n{_link(req)}\n",
+    )  # fmt: skip
+
+
+def applied(req: QuotaRequest) -> None:
+    _send(
+        Kind.APPLIED, _team_people(req),
+        f"[GPU portal] quota applied in {req.namespace}",
+        f"The cluster now enforces the quota for {_describe(req)}.\n{_link(req)}\n",
+    )  # fmt: skip
+
+
+def failed(req: QuotaRequest, error: str) -> None:
+    admins = get_user_model().objects.filter(is_staff=True, is_active=True)
+    _send(
+        Kind.FAILED, [*_team_people(req), *admins],
+        f"[GPU portal] applying the quota in {req.namespace} failed",
+        f"Applying {_describe(req)} failed: {error}\nAn admin has been told.\n{_link(req)}\n",
+    )  # fmt: skip
+
+
+def grant_expiring(grant, days: int) -> None:
+    team = grant.namespace.team
+    people = [m.user for m in Membership.objects.filter(team=team).select_related("user")]
+    _send(
+        Kind.EXPIRING, people,
+        f"[GPU portal] {grant.amount} {grant.resource} in {grant.namespace} ends in {days} days",
+        f"The grant of {grant.amount} x {grant.resource} in {grant.namespace} ends on "
+        f"{grant.ends_at:%Y-%m-%d %H:%M} UTC. Ask for a renewal on the team page if you "
+        "still need it.\n",
+    )  # fmt: skip
+
+
+def grant_expired(grant) -> None:
+    team = grant.namespace.team
+    people = [m.user for m in Membership.objects.filter(team=team).select_related("user")]
+    _send(
+        Kind.EXPIRED, people,
+        f"[GPU portal] {grant.amount} {grant.resource} in {grant.namespace} has ended",
+        f"The grant of {grant.amount} x {grant.resource} in {grant.namespace} ended; the "
+        "namespace's quota now counts its remaining grants.\n",
+    )  # fmt: skip

@@ -1,0 +1,134 @@
+"""Celery tasks: apply operations, and beat's housekeeping (re-dispatch, grant windows, drift)."""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from datetime import timedelta
+
+from celery import shared_task
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from inventory.kube import KubeError, KubeGateway
+
+from . import audit, notify
+from .apply import desired_hard, enqueue_apply, redispatch_due, run_operation
+from .models import Grant, Operation, TeamNamespace
+
+log = logging.getLogger(__name__)
+
+
+@shared_task(ignore_result=True, acks_late=True)
+def apply_operation(op_id: str) -> str:
+    return run_operation(op_id)
+
+
+@shared_task(ignore_result=True)
+def redispatch_operations() -> int:
+    return redispatch_due()
+
+
+@shared_task(ignore_result=True)
+def process_grant_windows() -> dict[str, int]:
+    """Start grants whose window opened, end those whose window closed, send reminders."""
+    now = timezone.now()
+    counts = {"started": 0, "expired": 0, "reminded": 0}
+    with transaction.atomic():
+        namespaces: dict[str, set] = defaultdict(set)
+        starting = Grant.objects.select_for_update(skip_locked=True).filter(
+            ended_at__isnull=True, start_applied=False, starts_at__lte=now
+        )
+        for grant in starting.select_related("namespace"):
+            grant.start_applied = True
+            grant.save(update_fields=["start_applied"])
+            namespaces[grant.namespace_id].add("start")
+            counts["started"] += 1
+        expiring = Grant.objects.select_for_update(skip_locked=True).filter(
+            ended_at__isnull=True, ends_at__lte=now
+        )
+        for grant in expiring.select_related("namespace__team"):
+            grant.ended_at, grant.end_reason = grant.ends_at, "expired"
+            grant.save(update_fields=["ended_at", "end_reason"])
+            audit.record(None, "grant.expired", grant, team=grant.namespace.team,
+                         after={"ended_at": grant.ends_at.isoformat()})  # fmt: skip
+            notify.grant_expired(grant)
+            namespaces[grant.namespace_id].add("expiry")
+            counts["expired"] += 1
+        for ns in TeamNamespace.objects.filter(pk__in=namespaces):
+            reasons = namespaces[ns.pk]
+            enqueue_apply(ns, reason="expiry" if "expiry" in reasons else "start")
+        soon = now + timedelta(days=settings.QUOTA_REMINDER_DAYS)
+        remind = Grant.objects.select_for_update(skip_locked=True).filter(
+            ended_at__isnull=True, reminder_sent_at__isnull=True, ends_at__gt=now,
+            ends_at__lte=soon,
+        )  # fmt: skip
+        for grant in remind.select_related("namespace__team"):
+            days = max(1, round((grant.ends_at - now) / timedelta(days=1)))
+            notify.grant_expiring(grant, days)
+            grant.reminder_sent_at = now
+            grant.save(update_fields=["reminder_sent_at"])
+            counts["reminded"] += 1
+    return counts
+
+
+@shared_task(ignore_result=True)
+def reconcile_quotas() -> dict[str, int]:
+    """Compare every managed ResourceQuota with the database; revert hand edits.
+
+    Managed means the portal applied it before. Only the ``requests.nvidia.com/*`` keys
+    the portal owns are compared; other managers' keys are theirs. A namespace with an
+    apply in flight is skipped (the apply will settle it).
+    """
+    counts = {"checked": 0, "reverted": 0, "recreated": 0, "errors": 0}
+    managed = (
+        TeamNamespace.objects.filter(operations__status=Operation.Status.SUCCEEDED)
+        .distinct()
+        .select_related("cluster", "team")
+    )
+    busy = set(
+        Operation.objects.filter(
+            status__in=[Operation.Status.PENDING, Operation.Status.RUNNING]
+        ).values_list("namespace_id", flat=True)
+    )
+    by_cluster: dict = defaultdict(list)
+    for ns in managed:
+        if ns.pk not in busy:
+            by_cluster[ns.cluster].append(ns)
+    for cluster, namespaces in by_cluster.items():
+        try:
+            gw = KubeGateway(cluster)
+        except KubeError as err:
+            log.warning("drift check of %s skipped: %s", cluster.slug, err)
+            counts["errors"] += 1
+            continue
+        with gw:
+            for ns in namespaces:
+                try:
+                    quota = gw.get_resource_quota(ns.name, settings.QUOTA_NAME)
+                except KubeError as err:
+                    log.warning("drift check of %s failed: %s", ns, err)
+                    counts["errors"] += 1
+                    continue
+                counts["checked"] += 1
+                _reconcile_one(ns, quota, counts)
+    return counts
+
+
+def _reconcile_one(ns: TeamNamespace, quota: dict | None, counts: dict[str, int]) -> None:
+    want = {k: str(v) for k, v in desired_hard(ns).items()}
+    with transaction.atomic():
+        if quota is None:
+            audit.record(None, "quota.recreated", ns, team=ns.team, after=want,
+                         note=f"ResourceQuota {settings.QUOTA_NAME} was deleted")  # fmt: skip
+            enqueue_apply(ns, reason="drift")
+            counts["recreated"] += 1
+            return
+        have = ((quota.get("spec") or {}).get("hard")) or {}
+        ours = {k: have.get(k) for k in want}
+        if ours != want:
+            audit.record(None, "quota.drift_reverted", ns, team=ns.team, before=ours, after=want,
+                         note="edited outside the portal")  # fmt: skip
+            enqueue_apply(ns, reason="drift")
+            counts["reverted"] += 1
