@@ -100,6 +100,10 @@ def validate(user, data: RequestData, now: datetime | None = None) -> RequestDat
     if data.namespace.team_id != data.team.pk:
         errors["namespace"] = f"Namespace {data.namespace} does not belong to team {data.team}."
 
+    if data.kind == QuotaRequest.Kind.RELEASE and not (
+        user.is_staff or is_manager(user, data.team)
+    ):
+        raise ValidationError({"target_grant": "Only a team manager may release a grant."})
     if data.kind in (QuotaRequest.Kind.RENEWAL, QuotaRequest.Kind.RELEASE):
         _validate_change(data, errors, now)
     else:
@@ -208,7 +212,7 @@ def submit(user, data: RequestData) -> QuotaRequest:
         after=_snapshot(req), note="on behalf of the team" if on_behalf else "",
     )  # fmt: skip
     if data.kind == QuotaRequest.Kind.RELEASE:
-        approve(req, user, note="release: capacity given back", _system=True)
+        req = approve(req, user, note="release: capacity given back", _system=True)
     else:
         notify.new_request(req)
     return req

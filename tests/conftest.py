@@ -118,8 +118,13 @@ def _database_url_for_current_db() -> str:
 
 
 @pytest.fixture
-def celery_worker(transactional_db, tmp_path):
-    """A real ``celery worker`` subprocess on the test database and the test Redis."""
+def start_worker(transactional_db, tmp_path):
+    """Start real ``celery worker`` subprocesses on the test database and the test Redis.
+
+    ``start_worker(**env)`` returns the process (with ``log_path``); ``kill(proc)`` sends
+    SIGKILL as a crash would. Every worker still running is stopped at teardown.
+    """
+    import itertools
     import os
     import signal
     import subprocess
@@ -128,28 +133,56 @@ def celery_worker(transactional_db, tmp_path):
 
     from django.conf import settings
 
-    env = dict(os.environ, DATABASE_URL=_database_url_for_current_db(), DB_CONN_MAX_AGE="0")
-    env["REDIS_URL"] = settings.REDIS_URL
-    log = open(tmp_path / "worker.log", "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "portal", "worker", "-P", "solo",
-         "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO"],
-        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    deadline = time.monotonic() + 30
-    while b"ready." not in (tmp_path / "worker.log").read_bytes():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError((tmp_path / "worker.log").read_text()[-3000:])
-        time.sleep(0.2)
-    proc.log_path = tmp_path / "worker.log"
-    yield proc
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(15)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    log.close()
+    procs = []
+    numbers = itertools.count(1)
+
+    def start(**extra_env):
+        n = next(numbers)
+        env = dict(os.environ, DATABASE_URL=_database_url_for_current_db(), DB_CONN_MAX_AGE="0")
+        env["REDIS_URL"] = settings.REDIS_URL
+        env.update({k: str(v) for k, v in extra_env.items()})
+        log_path = tmp_path / f"worker-{n}.log"
+        log = open(log_path, "wb")  # noqa: SIM115 - closed with the process
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "portal", "worker", "-P", "solo",
+             "-n", f"test{n}@%h", "--without-gossip", "--without-mingle",
+             "--without-heartbeat", "-l", "INFO"],
+            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        proc.log_path, proc.log_file = log_path, log
+        procs.append(proc)
+        deadline = time.monotonic() + 30
+        while b"ready." not in log_path.read_bytes():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(log_path.read_text()[-3000:])
+            time.sleep(0.2)
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        proc.log_file.close()
+
+
+def kill(proc) -> None:
+    """SIGKILL a worker and its children, as a crash or an OOM kill would."""
+    import os
+    import signal
+
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+@pytest.fixture
+def celery_worker(start_worker):
+    """One real worker for the test."""
+    return start_worker()
 
 
 def wait_for(predicate, timeout: float = 30.0, interval: float = 0.2):
@@ -163,3 +196,9 @@ def wait_for(predicate, timeout: float = 30.0, interval: float = 0.2):
             return value
         time.sleep(interval)
     raise AssertionError(f"condition not met within {timeout}s")
+
+
+@pytest.fixture
+def on_commit(django_capture_on_commit_callbacks):
+    """Run (or capture) ``transaction.on_commit`` callbacks inside a test transaction."""
+    return django_capture_on_commit_callbacks

@@ -1,0 +1,193 @@
+"""Applying grants as ResourceQuotas in the simulated cluster (official client over HTTP).
+
+Operations run in this process here (``run_operation``), exactly the function the Celery
+task calls; ``test_worker.py`` runs them through a real worker.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+import time_machine
+from django.utils import timezone
+from kubernetes.client.exceptions import ApiException
+
+from inventory.sync import sync_cluster
+from quotas import services
+from quotas.apply import run_operation
+from quotas.models import AuditEvent, Operation, OperationAttempt, QuotaRequest
+from quotas.services import RequestData
+from quotas.tasks import process_grant_windows, reconcile_quotas
+from tests.inventory.test_sync import node_body, pod_body
+from tests.quotas.builders import make_namespace, make_team, make_user
+
+pytestmark = pytest.mark.django_db
+GPU = "nvidia.com/gpu"
+QUOTA = "gpu-portal-quota"
+WHY = "fine-tuning run for the benchmark paper"
+
+
+@pytest.fixture
+def setup(sim_api, sim_cluster):
+    """Two 8-GPU nodes, a team namespace, a member and an admin; inventory synced."""
+    sim_api.create_node(node_body("gpu-0"))
+    sim_api.create_node(node_body("gpu-1"))
+    sim_api.create_namespace({"metadata": {"name": "vision"}})
+    assert sync_cluster(sim_cluster).status == "succeeded"
+    alice, admin = make_user("alice"), make_user("root", staff=True)
+    team = make_team("vision", members=[alice])
+    ns = make_namespace(team, sim_cluster, "vision")
+    return {"core": sim_api, "alice": alice, "admin": admin, "team": team, "ns": ns}
+
+
+def approve(s, amount=3, **kw) -> QuotaRequest:
+    data = RequestData(team=s["team"], namespace=s["ns"], resource=GPU, amount=amount,
+                       justification=WHY, **kw)  # fmt: skip
+    return services.approve(services.submit(s["alice"], data), s["admin"])
+
+
+def hard(core) -> dict:
+    quota = core.read_namespaced_resource_quota(QUOTA, "vision")
+    return dict(quota.spec.hard)
+
+
+def only_op() -> Operation:
+    return Operation.objects.filter(status="pending").get()
+
+
+def test_request_to_enforced_quota_end_to_end(setup):
+    core = setup["core"]
+    req = approve(setup, amount=3)
+    assert run_operation(only_op().pk) == "succeeded"
+    req.refresh_from_db()
+    assert req.status == "applied"
+    assert [e.to_status for e in req.events.all()] == ["pending", "approved", "applying", "applied"]
+    quota = core.read_namespaced_resource_quota(QUOTA, "vision")
+    assert quota.spec.hard == {"requests.nvidia.com/gpu": "3"}
+    assert quota.status.hard == {"requests.nvidia.com/gpu": "3"}
+    assert quota.metadata.labels["app.kubernetes.io/managed-by"] == "gpu-quota-portal"
+    core.create_namespaced_pod("vision", pod_body("fits", "gpu-0", 3))
+    with pytest.raises(ApiException) as err:
+        core.create_namespaced_pod("vision", pod_body("too-many", "gpu-1", 1))
+    assert err.value.status == 403
+    assert "exceeded quota: gpu-portal-quota" in err.value.body
+    assert "used: requests.nvidia.com/gpu=3, limited: requests.nvidia.com/gpu=3" in err.value.body
+
+
+def test_apply_leaves_other_managers_fields_and_is_idempotent(setup):
+    core = setup["core"]
+    core.create_namespaced_resource_quota(
+        "vision", {"metadata": {"name": QUOTA}, "spec": {"hard": {"count/pods": "50"}}}
+    )
+    approve(setup, amount=2)
+    run_operation(only_op().pk)
+    assert hard(core) == {"count/pods": "50", "requests.nvidia.com/gpu": "2"}
+    version = core.read_namespaced_resource_quota(QUOTA, "vision").metadata.resource_version
+    op = Operation.objects.create(namespace=setup["ns"], reason="drift")
+    assert run_operation(op.pk) == "succeeded"
+    assert hard(core) == {"count/pods": "50", "requests.nvidia.com/gpu": "2"}
+    assert run_operation(op.pk) == "skipped"  # a finished operation is never claimed again
+    assert core.read_namespaced_resource_quota(QUOTA, "vision").metadata.resource_version == version
+
+
+def test_transient_failure_retries_with_backoff_then_succeeds(setup, sim):
+    sim.faults.update(error_rate=1.0, error_code=503, path_regex="resourcequotas")
+    req = approve(setup)
+    op = only_op()
+    assert run_operation(op.pk) == "pending"
+    op.refresh_from_db()
+    assert op.attempts == 1 and "503" in op.last_error
+    assert op.next_attempt_at > timezone.now()
+    assert run_operation(op.pk) == "skipped"  # not due yet
+    req.refresh_from_db()
+    assert req.status == "applying"
+    sim.faults.reset()
+    with time_machine.travel(op.next_attempt_at + timedelta(seconds=1)):
+        assert run_operation(op.pk) == "succeeded"
+    attempts = list(OperationAttempt.objects.filter(operation=op).values_list("ok", flat=True))
+    assert attempts == [False, True]
+    req.refresh_from_db()
+    assert req.status == "applied" and hard(setup["core"]) == {"requests.nvidia.com/gpu": "3"}
+
+
+def test_permanent_failure_fails_the_request_and_is_audited(setup, sim, mailoutbox, on_commit):
+    setup["admin"].email = "root@example.com"
+    setup["admin"].save()
+    sim.faults.update(error_rate=1.0, error_code=422, path_regex="resourcequotas")
+    req = approve(setup)
+    with on_commit(execute=True):
+        assert run_operation(only_op().pk) == "failed"
+    req.refresh_from_db()
+    assert req.status == "failed"
+    assert AuditEvent.objects.filter(action="quota.apply_failed").count() == 1
+    assert any("failed" in m.subject and "root@example.com" in m.to for m in mailoutbox)
+
+
+def test_gives_up_after_max_attempts(setup, sim):
+    sim.faults.update(error_rate=1.0, error_code=500, path_regex="resourcequotas")
+    approve(setup)
+    op = only_op()
+    op.max_attempts = 2
+    op.save()
+    assert run_operation(op.pk) == "pending"
+    with time_machine.travel(timezone.now() + timedelta(minutes=1)):
+        assert run_operation(op.pk) == "failed"
+
+
+def test_expiry_with_frozen_time_falls_back_to_remaining_grants(setup):
+    core = setup["core"]
+    approve(setup, amount=2)  # permanent
+    approve(setup, amount=4, ends_at=timezone.now() + timedelta(days=2))
+    for op in Operation.objects.filter(status="pending"):
+        run_operation(op.pk)
+    assert hard(core) == {"requests.nvidia.com/gpu": "6"}
+    with time_machine.travel(timezone.now() + timedelta(days=2, minutes=1)):
+        counts = process_grant_windows()
+        assert counts["expired"] == 1
+        run_operation(only_op().pk)
+        assert hard(core) == {"requests.nvidia.com/gpu": "2"}
+        assert AuditEvent.objects.filter(action="grant.expired").count() == 1
+        assert process_grant_windows()["expired"] == 0
+
+
+def test_future_grant_starts_counting_when_its_window_opens(setup):
+    core = setup["core"]
+    start = timezone.now() + timedelta(days=1)
+    approve(setup, amount=5, starts_at=start, ends_at=start + timedelta(days=3))
+    run_operation(only_op().pk)
+    assert hard(core) == {"requests.nvidia.com/gpu": "0"}  # managed, nothing granted yet
+    with time_machine.travel(start + timedelta(minutes=1)):
+        assert process_grant_windows()["started"] == 1
+        run_operation(only_op().pk)
+        assert hard(core) == {"requests.nvidia.com/gpu": "5"}
+
+
+def test_expiry_reminder_is_sent_once(setup, mailoutbox, on_commit):
+    approve(setup, amount=1, ends_at=timezone.now() + timedelta(days=2))
+    with on_commit(execute=True):
+        assert process_grant_windows()["reminded"] == 1
+        assert process_grant_windows()["reminded"] == 0
+    reminders = [m for m in mailoutbox if "ends in 2 days" in m.subject]
+    assert len(reminders) == 1 and reminders[0].to == ["alice@example.com"]
+
+
+def test_drift_is_reverted_and_a_deleted_quota_recreated(setup):
+    core = setup["core"]
+    approve(setup, amount=3)
+    run_operation(only_op().pk)
+    assert reconcile_quotas()["reverted"] == 0  # in sync: nothing to do
+    core.patch_namespaced_resource_quota(
+        QUOTA, "vision", {"spec": {"hard": {"requests.nvidia.com/gpu": "99"}}}
+    )
+    assert reconcile_quotas()["reverted"] == 1
+    event = AuditEvent.objects.get(action="quota.drift_reverted")
+    assert event.before == {"requests.nvidia.com/gpu": "99"}
+    assert event.after == {"requests.nvidia.com/gpu": "3"}
+    run_operation(only_op().pk)
+    assert hard(core) == {"requests.nvidia.com/gpu": "3"}
+    core.delete_namespaced_resource_quota(QUOTA, "vision")
+    assert reconcile_quotas()["recreated"] == 1
+    run_operation(only_op().pk)
+    assert hard(core) == {"requests.nvidia.com/gpu": "3"}
+    assert AuditEvent.objects.filter(action="quota.recreated").count() == 1
