@@ -369,3 +369,47 @@ def mark_failed(req: QuotaRequest, error: str) -> None:
     if req.status in (Status.APPROVED, Status.APPLYING):
         _move(req, Status.FAILED, None, error)
         notify.failed(req, error)
+
+
+@transaction.atomic
+def set_baseline(namespace: TeamNamespace, resource: str, amount: int, by) -> Grant | None:
+    """Set a team namespace's permanent baseline of one resource (0 removes it).
+
+    Replaces the previous baseline grant; checked against capacity like any approval.
+    """
+    if not by.is_staff:
+        raise PermissionError("Only portal admins set baselines.")
+    if amount < 0:
+        raise ValidationError({"amount": "Zero or more."})
+    cluster = namespace.cluster
+    lock, _ = CapacityLock.objects.get_or_create(cluster=cluster, resource=resource)
+    CapacityLock.objects.select_for_update().get(pk=lock.pk)
+    now = timezone.now()
+    current = (
+        Grant.objects.select_for_update()
+        .filter(namespace=namespace, resource=resource, kind=Grant.Kind.BASELINE)
+        .active_at(now)
+        .first()
+    )
+    if current is not None:
+        if current.amount == amount:
+            return current
+        current.ended_at, current.end_reason = now, "replaced"
+        current.save(update_fields=["ended_at", "end_reason"])
+        audit.record(by, "grant.baseline_replaced", current, team=namespace.team,
+                     before={"amount": current.amount}, after={"amount": amount})  # fmt: skip
+    grant = None
+    if amount > 0:
+        room = headroom(cluster, resource, now, None)
+        if amount > room.free:
+            raise CapacityError(
+                {"amount": f"Only {max(room.free, 0)} {resource} free on {cluster.slug}."}
+            )
+        grant = Grant.objects.create(
+            namespace=namespace, resource=resource, amount=amount, starts_at=now,
+            kind=Grant.Kind.BASELINE, start_applied=True,
+        )  # fmt: skip
+        audit.record(by, "grant.baseline_set", grant, team=namespace.team,
+                     after=_grant_snapshot(grant))  # fmt: skip
+    enqueue_apply(namespace, reason="baseline")
+    return grant

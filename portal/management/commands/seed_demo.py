@@ -1,35 +1,45 @@
-"""Create the demo accounts and the demo cluster record. Safe to run again."""
+"""Create the demo accounts, teams and cluster record, and a few requests. Idempotent."""
 
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
+from django.db import transaction
+from django.utils import timezone
 
 from inventory.models import Cluster
+from inventory.sync import sync_cluster
 
 DEMO_ADMIN = ("admin", "admin-demo-pass")
+# username, password, team slug, role
+RESEARCHERS = [
+    ("alice", "alice-demo-pass", "vision", "member"),
+    ("bob", "bob-demo-pass", "vision", "manager"),
+    ("carol", "carol-demo-pass", "nlp", "member"),
+    ("dave", "dave-demo-pass", "genomics", "manager"),
+]
+# team slug, name, namespace in the demo fleet, baseline GPUs
+TEAMS = [
+    ("vision", "Computer Vision", "ml-vision", 4),
+    ("nlp", "NLP Research", "nlp-research", 4),
+    ("genomics", "Genomics", "genomics", 2),
+    ("robotics", "Robotics", "robotics", 0),
+]
 
 
 class Command(BaseCommand):
-    help = "Create demo accounts and the simulated cluster's Cluster row (idempotent)."
+    help = "Create demo accounts, teams, the simulated cluster's row and sample requests."
 
     def add_arguments(self, parser):
         parser.add_argument("--kubeconfig", default=settings.SIM_KUBECONFIG)
 
     def handle(self, *args, **opts):
         kubeconfig = os.path.abspath(opts["kubeconfig"])
-        User = get_user_model()
-        username, password = DEMO_ADMIN
-        admin, created = User.objects.get_or_create(
-            username=username,
-            defaults={"is_staff": True, "is_superuser": True, "email": "admin@example.com"},
-        )
-        if created:
-            admin.set_password(password)
-            admin.save()
+        admin = self._user(*DEMO_ADMIN, staff=True)
         cluster, _ = Cluster.objects.update_or_create(
             slug="demo",
             defaults={
@@ -40,6 +50,69 @@ class Command(BaseCommand):
                 "kubeconfig_context": "",
             },
         )
+        run = sync_cluster(cluster, trigger="seed")  # capacity is needed to approve
+        if run.error:
+            self.stderr.write(f"first sync failed ({run.error}); sample requests skipped")
+        self._teams(cluster, admin, with_requests=not run.error)
         self.stdout.write("Demo accounts:")
-        self.stdout.write(f"  admin      {username} / {password}   (portal admin)")
+        self.stdout.write(f"  admin      {DEMO_ADMIN[0]} / {DEMO_ADMIN[1]}   (portal admin)")
+        for username, password, team, role in RESEARCHERS:
+            self.stdout.write(f"  {username:<10} {username} / {password}   ({role} of {team})")
         self.stdout.write(f"Demo cluster: {cluster.slug} -> kubeconfig {kubeconfig}")
+
+    def _user(self, username: str, password: str, *, staff: bool = False):
+        user, created = get_user_model().objects.get_or_create(
+            username=username,
+            defaults={
+                "is_staff": staff,
+                "is_superuser": staff,
+                "email": f"{username}@example.com",
+            },
+        )
+        if created:
+            user.set_password(password)
+            user.save()
+        return user
+
+    @transaction.atomic
+    def _teams(self, cluster: Cluster, admin, *, with_requests: bool) -> None:
+        from quotas import services
+        from quotas.models import Membership, QuotaRequest, Team, TeamNamespace
+
+        fresh = not Team.objects.exists()
+        namespaces = {}
+        for slug, name, namespace, _ in TEAMS:
+            team, _ = Team.objects.get_or_create(slug=slug, defaults={"name": name})
+            namespaces[slug], _ = TeamNamespace.objects.get_or_create(
+                cluster=cluster, name=namespace, defaults={"team": team}
+            )
+        for username, password, slug, role in RESEARCHERS:
+            user = self._user(username, password)
+            Membership.objects.get_or_create(
+                team=Team.objects.get(slug=slug), user=user, defaults={"role": role}
+            )
+        if not (fresh and with_requests):
+            return
+        for slug, _, _, baseline in TEAMS:
+            if baseline:
+                services.set_baseline(namespaces[slug], "nvidia.com/gpu", baseline, admin)
+        users = {u.username: u for u in get_user_model().objects.all()}
+        now = timezone.now()
+
+        def ask(user, slug, amount, days, why, resource="nvidia.com/gpu") -> QuotaRequest:
+            data = services.RequestData(
+                team=namespaces[slug].team, namespace=namespaces[slug], resource=resource,
+                amount=amount, justification=why,
+                ends_at=now + timedelta(days=days) if days else None,
+            )  # fmt: skip
+            return services.submit(user, data)
+
+        services.approve(
+            ask(users["alice"], "vision", 8, 14, "ResNet ablations for the CVPR rebuttal"),
+            admin, note="granted for two weeks",
+        )  # fmt: skip
+        ask(users["carol"], "nlp", 16, 30, "Pre-training a 7B model on the new corpus")
+        ask(users["dave"], "genomics", 7, 7, "AlphaFold batch for the protein screen",
+            resource="nvidia.com/mig-1g.10gb")  # fmt: skip
+        rejected = ask(users["bob"], "vision", 24, 60, "Exploratory video diffusion runs")
+        services.reject(rejected, admin, "More than the cluster has; ask for 8 for two weeks.")
