@@ -12,7 +12,7 @@ PIP_FLAGS := -qq --disable-pip-version-check --no-input
 ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test lint fmt bench
+.PHONY: help venv demo test lint fmt bench bench-quota
 
 help:
 	@echo "make demo   run the portal with the demo cluster, embedded Postgres and Redis,"
@@ -21,6 +21,7 @@ help:
 	@echo "make lint   ruff format --check, ruff check, manage.py check"
 	@echo "make fmt    ruff format and ruff check --fix"
 	@echo "make bench  inventory sync benchmark at 5,000 nodes / 150,000 pods (ARGS to adjust)"
+	@echo "make bench-quota  1,000 requests approved by 4 concurrent admins over the API"
 	@echo "make venv   create or update .venv from $(REQUIREMENTS)"
 
 # Always runs (cheap): creates .venv if it is missing or broken, and installs when the stamp
@@ -57,3 +58,6 @@ fmt: venv
 
 bench: venv
 	$(VENV_PY) -m devstack run -- $(VENV_PY) bench/sync_bench.py $(ARGS)
+
+bench-quota: venv
+	$(VENV_PY) -m devstack run -- $(VENV_PY) bench/quota_bench.py $(ARGS)

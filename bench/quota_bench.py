@@ -1,0 +1,300 @@
+"""Approvals under contention: 1,000 requests from 50 teams, 4 admin clients, a live worker.
+
+    make bench-quota      # = python -m devstack run -- python bench/quota_bench.py
+
+Runs gunicorn (the REST API), a Celery worker and the simulated cluster (20 nodes x 8
+GPUs = 160 GPUs, far less than asked for) as separate processes on a fresh database.
+50 team members file 1,000 requests over the API (1-8 GPUs each); 4 admin clients then
+approve them concurrently over the API, oldest first. Reports:
+  - decisions/s and approvals/s (approved + refused for capacity, over wall time);
+  - approve-to-quota-visible latency p50/p95: from the approval's commit to the worker
+    having applied the namespace's ResourceQuota and read it back from the cluster
+    (the request's `applied` transition); target p95 < 2 s;
+  - overcommit: the largest total of grants at any instant versus allocatable, checked
+    in the database and in the cluster's ResourceQuotas; must be zero.
+Baseline in the same run: the mean time of `GET /api/v1/quota-requests/{id}/` (a read
+through the same stack), so the approval cost can be read relative to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from queue import Empty, Queue
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+BENCH_DB = "portal_bench_quota"
+GPU = "nvidia.com/gpu"
+
+
+def log(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def bench_env() -> dict[str, str]:
+    parts = urlsplit(os.environ["DATABASE_URL"])
+    head = parts.path.rsplit("/", 1)[0]
+    env = dict(os.environ)
+    env["DATABASE_URL"] = urlunsplit(parts._replace(path=f"{head}/{BENCH_DB}"))
+    env.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    env["LOG_LEVEL"] = "WARNING"
+    env["TOKEN_THROTTLE_RATE"] = "100000/min"
+    # The bench calls the re-dispatcher itself; keep beat-like behaviour out of the way.
+    return env
+
+
+def prepare_database() -> None:
+    import environ
+    import psycopg2
+
+    cfg = environ.Env.db_url_config(os.environ["DATABASE_URL"])
+    conn = psycopg2.connect(
+        dbname=cfg["NAME"], user=cfg["USER"], password=cfg["PASSWORD"] or None,
+        host=cfg["HOST"] or None, port=cfg["PORT"] or None,
+    )  # fmt: skip
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
+        cur.execute(f"CREATE DATABASE {BENCH_DB}")
+    conn.close()
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=bench_env(), check=True
+    )
+
+
+def start(cmd: list[str], env: dict[str, str], name: str, logdir: Path) -> subprocess.Popen:
+    out = open(logdir / f"{name}.log", "wb")  # noqa: SIM115 - lives as long as the process
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                            start_new_session=True)  # fmt: skip
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def wait_http(url: str, timeout: float = 60) -> None:
+    import requests
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            requests.get(url, timeout=1)
+            return
+        except requests.RequestException:
+            time.sleep(0.3)
+    raise SystemExit(f"{url} did not answer")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--teams", type=int, default=50)
+    parser.add_argument("--admins", type=int, default=4)
+    parser.add_argument("--nodes", type=int, default=20)
+    args = parser.parse_args()
+
+    log(f"fresh database {BENCH_DB}")
+    prepare_database()
+    env = bench_env()
+    os.environ.update(DATABASE_URL=env["DATABASE_URL"], LOG_LEVEL="WARNING")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    import django
+
+    django.setup()
+    import requests
+
+    tmp = Path(tempfile.mkdtemp(prefix="quota-bench-"))
+    fleet = {
+        "nodes": [{"name": "gpu-{i:03d}", "count": args.nodes,
+                   "gpu": {"product": "NVIDIA-H100-80GB-HBM3", "count": 8}}],
+        "namespaces": [{"name": f"team-{t:02d}"} for t in range(args.teams)],
+    }  # fmt: skip
+    (tmp / "fleet.json").write_text(json.dumps(fleet))
+    kubeconfig = tmp / "kubeconfig"
+    port = free_port()
+    procs = [
+        start([sys.executable, "-m", "simcluster", "--fleet", str(tmp / "fleet.json"),
+               "--port", "0", "--kubeconfig", str(kubeconfig)], env, "sim", tmp),
+        start([sys.executable, "-m", "gunicorn", "portal.wsgi", "-w", "3", "-b",
+               f"127.0.0.1:{port}"], env, "web", tmp),
+        start([sys.executable, "-m", "celery", "-A", "portal", "worker", "-c", "2", "-l",
+               "WARNING", "--without-gossip", "--without-mingle"], env, "worker", tmp),
+    ]  # fmt: skip
+    try:
+        return run(args, port, kubeconfig, requests)
+    finally:
+        for proc in procs:
+            stop(proc)
+        log(f"logs in {tmp}")
+
+
+def run(args, port: int, kubeconfig: Path, requests) -> int:
+    from django.contrib.auth import get_user_model
+    from kubernetes import client, config
+
+    from inventory.models import Cluster
+    from inventory.sync import sync_cluster
+    from portal.models import ApiToken
+    from quotas.capacity import limit, peak_reserved
+    from quotas.models import Grant, Membership, QuotaRequest, Team, TeamNamespace
+
+    deadline = time.monotonic() + 60
+    while not kubeconfig.exists():
+        if time.monotonic() > deadline:
+            raise SystemExit("the simulated cluster did not start")
+        time.sleep(0.2)
+    base = f"http://127.0.0.1:{port}"
+    wait_http(base + "/healthz")
+    cluster = Cluster.objects.create(slug="bench", name="Bench", auth_method="kubeconfig",
+                                     kubeconfig_path=str(kubeconfig))  # fmt: skip
+    assert sync_cluster(cluster).status == "succeeded"
+    User = get_user_model()
+    admins = [User.objects.create_user(f"admin{i}", is_staff=True) for i in range(args.admins)]
+    members, teams = [], []
+    for t in range(args.teams):
+        team = Team.objects.create(slug=f"team-{t:02d}", name=f"Team {t}")
+        TeamNamespace.objects.create(team=team, cluster=cluster, name=f"team-{t:02d}")
+        user = User.objects.create_user(f"member{t}")
+        Membership.objects.create(team=team, user=user)
+        teams.append(team)
+        members.append(ApiToken.issue(user, "bench")[1])
+    admin_tokens = [ApiToken.issue(a, "bench")[1] for a in admins]
+
+    log(f"filing {args.requests} requests from {args.teams} teams over the API")
+    rng = random.Random(7)
+    ids: list[str] = []
+    session = requests.Session()
+    for i in range(args.requests):
+        t = i % args.teams
+        days = rng.choice([None, 7, 14, 30])
+        body = {
+            "team": f"team-{t:02d}",
+            "namespace": f"team-{t:02d}",
+            "resource": GPU,
+            "amount": rng.randint(1, 8),
+            "justification": f"bench request number {i}",
+        }
+        if days:
+            body["ends_at"] = (datetime.now(UTC) + timedelta(days=days)).isoformat()
+        r = session.post(base + "/api/v1/quota-requests/", json=body,
+                         headers={"Authorization": f"Bearer {members[t]}"})  # fmt: skip
+        if r.status_code != 201:
+            raise SystemExit(f"filing failed: {r.status_code} {r.text[:300]}")
+        ids.append(r.json()["id"])
+
+    # Same-run baseline: a read of one request through the same stack.
+    reads = []
+    for rid in ids[:100]:
+        t0 = time.perf_counter()
+        session.get(f"{base}/api/v1/quota-requests/{rid}/",
+                    headers={"Authorization": f"Bearer {admin_tokens[0]}"})  # fmt: skip
+        reads.append(time.perf_counter() - t0)
+
+    log(f"{args.admins} admin clients approving")
+    queue: Queue[str] = Queue()
+    for rid in ids:
+        queue.put(rid)
+    outcomes: dict[str, str] = {}
+    call_times: list[float] = []
+    lock = threading.Lock()
+
+    def admin_client(token: str) -> None:
+        s = requests.Session()
+        s.headers["Authorization"] = f"Bearer {token}"
+        while True:
+            try:
+                rid = queue.get_nowait()
+            except Empty:
+                return
+            t0 = time.perf_counter()
+            r = s.post(f"{base}/api/v1/quota-requests/{rid}/approve/", json={})
+            elapsed = time.perf_counter() - t0
+            kind = {200: "approved", 400: "refused"}.get(r.status_code, f"http {r.status_code}")
+            with lock:
+                outcomes[rid] = kind
+                call_times.append(elapsed)
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=admin_client, args=(tok,)) for tok in admin_tokens]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    wall = time.perf_counter() - started
+    approved = [rid for rid, kind in outcomes.items() if kind == "approved"]
+    errors = {kind for kind in outcomes.values() if kind.startswith("http")}
+
+    log(f"waiting for {len(approved)} quotas to be applied")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        left = QuotaRequest.objects.filter(pk__in=approved).exclude(status="applied").count()
+        if not left:
+            break
+        time.sleep(0.5)
+    latencies = []
+    for req in QuotaRequest.objects.filter(pk__in=approved).prefetch_related("events"):
+        applied = [e.at for e in req.events.all() if e.to_status == "applied"]
+        if applied:
+            latencies.append((applied[0] - req.decided_at).total_seconds())
+    missing = len(approved) - len(latencies)
+
+    # Overcommit, in the database and in the cluster.
+    now = datetime.now(UTC)
+    db_peak = peak_reserved(cluster, GPU, now, None)
+    cap = limit(cluster, GPU)
+    config.load_kube_config(config_file=str(kubeconfig))
+    core = client.CoreV1Api()
+    in_cluster = sum(
+        int(q.spec.hard.get(f"requests.{GPU}", 0))
+        for q in core.list_resource_quota_for_all_namespaces().items
+        if q.metadata.name == "gpu-portal-quota"
+    )
+    granted_now = sum(Grant.objects.active_at(now).values_list("amount", flat=True))
+
+    q = statistics.quantiles(latencies, n=100) if len(latencies) >= 2 else [0] * 99
+    print(f"\n{args.requests} requests from {args.teams} teams, {args.admins} admin clients, "
+          f"{cap} GPUs allocatable")  # fmt: skip
+    print(f"baseline GET /quota-requests/{{id}}/: mean {statistics.mean(reads) * 1000:.1f} ms")
+    print(f"approve calls: mean {statistics.mean(call_times) * 1000:.1f} ms "
+          f"({statistics.mean(call_times) / statistics.mean(reads):.1f}x the read)")  # fmt: skip
+    print(f"decisions: {len(outcomes)} in {wall:.2f} s = {len(outcomes) / wall:.1f}/s; "
+          f"approved {len(approved)} ({len(approved) / wall:.1f}/s), "
+          f"refused for capacity {sum(1 for k in outcomes.values() if k == 'refused')}"
+          + (f", errors {sorted(errors)}" if errors else ""))  # fmt: skip
+    print(f"approve-to-quota-visible: p50 {q[49]:.2f} s, p95 {q[94]:.2f} s, "
+          f"max {max(latencies, default=0):.2f} s ({missing} not applied)")  # fmt: skip
+    print(f"overcommit: peak granted {db_peak} of {cap} (db), active grants {granted_now}, "
+          f"sum of applied quotas {in_cluster} (cluster) -> "
+          f"{max(db_peak - cap, in_cluster - cap, 0)} over")  # fmt: skip
+    ok = not errors and missing == 0 and q[94] < 2.0 and db_peak <= cap and in_cluster <= cap
+    print("targets: p95 < 2 s, zero overcommit, no errors:", "OK" if ok else "MISSED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
