@@ -115,9 +115,19 @@ def run_operation(op_id, *, gateway: KubeGateway | None = None) -> str:
             if gateway is None:
                 gw.close()
         _confirm(result, hard)
+        record_status(ns, result)
     except KubeError as err:
         return _failed(op, attempt, str(err), permanent=err.permanent)
     return _succeeded(op, attempt, hard)
+
+
+def record_status(namespace: TeamNamespace, quota: dict | None) -> None:
+    """Keep the quota's status (hard, used) as the cluster reported it."""
+    status = (quota or {}).get("status") or {}
+    TeamNamespace.objects.filter(pk=namespace.pk).update(
+        quota_status={"hard": status.get("hard") or {}, "used": status.get("used") or {}},
+        quota_status_at=timezone.now(),
+    )
 
 
 def _confirm(quota: dict, hard: dict[str, int]) -> None:

@@ -65,6 +65,10 @@ class TeamNamespace(models.Model):
     name = models.CharField(max_length=63, validators=[DNS_LABEL])
     created_by_portal = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)
+    # The managed ResourceQuota's status as last read from the cluster (after an apply
+    # or a drift check): {"hard": {...}, "used": {...}}.
+    quota_status = models.JSONField(default=dict, blank=True)
+    quota_status_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["cluster__name", "name"]
@@ -75,6 +79,11 @@ class TeamNamespace(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster.slug}/{self.name}"
+
+    def used(self, resource: str) -> int | None:
+        """``status.used`` of the managed quota for a resource, as last read (None: unknown)."""
+        value = (self.quota_status.get("used") or {}).get(f"requests.{resource}")
+        return None if value is None else int(value)
 
 
 class OvercommitPolicy(models.Model):

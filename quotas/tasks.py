@@ -14,7 +14,7 @@ from django.utils import timezone
 from inventory.kube import KubeError, KubeGateway
 
 from . import audit, notify
-from .apply import desired_hard, enqueue_apply, redispatch_due, run_operation
+from .apply import desired_hard, enqueue_apply, record_status, redispatch_due, run_operation
 from .models import Grant, Operation, TeamNamespace
 
 log = logging.getLogger(__name__)
@@ -112,6 +112,8 @@ def reconcile_quotas() -> dict[str, int]:
                     counts["errors"] += 1
                     continue
                 counts["checked"] += 1
+                if quota is not None:
+                    record_status(ns, quota)
                 _reconcile_one(ns, quota, counts)
     return counts
 

@@ -68,6 +68,9 @@ def test_request_to_enforced_quota_end_to_end(setup):
     assert quota.status.hard == {"requests.nvidia.com/gpu": "3"}
     assert quota.metadata.labels["app.kubernetes.io/managed-by"] == "gpu-quota-portal"
     core.create_namespaced_pod("vision", pod_body("fits", "gpu-0", 3))
+    reconcile_quotas()  # reads the quota back: status.used is what pods request now
+    setup["ns"].refresh_from_db()
+    assert setup["ns"].used(GPU) == 3
     with pytest.raises(ApiException) as err:
         core.create_namespaced_pod("vision", pod_body("too-many", "gpu-1", 1))
     assert err.value.status == 403
