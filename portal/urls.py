@@ -5,6 +5,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
 from inventory import api as inventory_api
+from quotas import api as quotas_api
 
 from . import api, health, views
 
@@ -12,6 +13,11 @@ router = DefaultRouter()
 router.register("clusters", inventory_api.ClusterViewSet, basename="cluster")
 router.register("nodes", inventory_api.NodeViewSet, basename="node")
 router.register("auth/tokens", api.ApiTokenViewSet, basename="apitoken")
+router.register("teams", quotas_api.TeamViewSet, basename="team")
+router.register("quota-requests", quotas_api.QuotaRequestViewSet, basename="quotarequest")
+router.register("grants", quotas_api.GrantViewSet, basename="grant")
+router.register("operations", quotas_api.OperationViewSet, basename="operation")
+router.register("audit-events", quotas_api.AuditEventViewSet, basename="auditevent")
 
 api_v1 = [
     path("auth/token/", api.issue_token, name="issue-token"),

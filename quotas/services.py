@@ -67,6 +67,12 @@ def is_manager(user, team: Team) -> bool:
     return Membership.objects.filter(user=user, team=team, role=Membership.Role.MANAGER).exists()
 
 
+def check_may_file(user, team: Team) -> None:
+    """Members (and admins, on the team's behalf) may file requests for a team."""
+    if not (user.is_staff or is_member(user, team)):
+        raise ValidationError({"team": "You are not a member of this team."})
+
+
 def max_duration() -> timedelta:
     return timedelta(days=settings.QUOTA_MAX_DURATION_DAYS)
 
@@ -95,8 +101,7 @@ def validate(user, data: RequestData, now: datetime | None = None) -> RequestDat
     """
     now = now or timezone.now()
     errors: dict[str, str] = {}
-    if not (user.is_staff or is_member(user, data.team)):
-        raise ValidationError({"team": "You are not a member of this team."})
+    check_may_file(user, data.team)
     if data.namespace.team_id != data.team.pk:
         errors["namespace"] = f"Namespace {data.namespace} does not belong to team {data.team}."
 

@@ -1,0 +1,296 @@
+"""REST API for teams, quota requests, grants, apply operations and the audit trail.
+
+Every viewset derives from ``TeamScopedViewSet``: its queryset holds only rows of the
+caller's teams (admins see everything), so another team's object is a 404 on every
+endpoint and action. Views parse input and map domain errors to HTTP; the rules live in
+``quotas.services``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import Prefetch
+from django.http import StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from rest_framework import exceptions, mixins, renderers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from . import services
+from .filters import AuditEventFilter, GrantFilter, OperationFilter, QuotaRequestFilter
+from .models import (
+    AuditEvent,
+    Grant,
+    Membership,
+    Operation,
+    QuotaRequest,
+    RequestEvent,
+    Team,
+    TeamNamespace,
+)
+from .serializers import (
+    ApproveSerializer,
+    AuditEventSerializer,
+    CancelSerializer,
+    ErrorSerializer,
+    GrantSerializer,
+    OperationSerializer,
+    QuotaRequestCreateSerializer,
+    QuotaRequestDetailSerializer,
+    QuotaRequestSerializer,
+    RejectSerializer,
+    TeamSerializer,
+    visible_to,
+)
+
+
+class Conflict(exceptions.APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "The object is not in a state that allows this."
+    default_code = "conflict"
+
+
+@contextmanager
+def domain_errors() -> Iterator[None]:
+    """Map the services' exceptions to API errors: field messages to 400, a refused
+    actor to 403, an illegal transition to 409."""
+    try:
+        yield
+    except DjangoValidationError as exc:  # CapacityError included
+        detail = exc.message_dict if hasattr(exc, "error_dict") else exc.messages
+        raise exceptions.ValidationError(detail) from exc
+    except PermissionError as exc:
+        raise exceptions.PermissionDenied(str(exc)) from exc
+    except services.TransitionError as exc:
+        raise Conflict(str(exc)) from exc
+
+
+class TeamScopedViewSet(viewsets.GenericViewSet):
+    """Base of the quota viewsets: ``queryset`` (with its joins) limited to the caller.
+
+    ``team_path`` leads from the model to its Team. A concrete viewset sets
+    ``queryset``, ``serializer_class``, ``filterset_class`` and ``ordering_fields``.
+    """
+
+    team_path = "team"
+    ordering_fields: list[str] = []
+
+    def get_queryset(self):
+        qs = super().get_queryset()
+        if getattr(self, "swagger_fake_view", False):  # schema generation: no user
+            return qs.none()
+        return visible_to(qs, self.request.user, self.team_path)
+
+
+_errors = {
+    400: OpenApiResponse(ErrorSerializer, description="invalid input, per-field messages"),
+    403: OpenApiResponse(ErrorSerializer, description="not allowed to take this action"),
+    404: OpenApiResponse(ErrorSerializer, description="unknown, or another team's"),
+    409: OpenApiResponse(ErrorSerializer, description="the request is no longer pending"),
+}
+
+
+class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedViewSet):
+    """Teams you belong to (admins: all), with members and namespaces."""
+
+    queryset = Team.objects.prefetch_related(
+        Prefetch("memberships", queryset=Membership.objects.select_related("user")),
+        Prefetch("namespaces", queryset=TeamNamespace.objects.select_related("cluster")),
+    )
+    serializer_class = TeamSerializer
+    lookup_field = "slug"
+    team_path = "pk"
+    ordering_fields = ["name", "slug"]
+    ordering = ["name"]
+
+
+@extend_schema_view(
+    create=extend_schema(
+        request=QuotaRequestCreateSerializer,
+        responses={201: QuotaRequestDetailSerializer, 400: _errors[400]},
+        summary="File a quota request (admins: for any team, recorded as on behalf)",
+    ),
+)
+class QuotaRequestViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    TeamScopedViewSet,
+):
+    """Quota requests of your teams: file, follow, and (admins) decide."""
+
+    queryset = QuotaRequest.objects.select_related(
+        "team", "namespace__cluster", "requested_by", "decided_by"
+    )
+    filterset_class = QuotaRequestFilter
+    ordering_fields = ["created_at", "amount", "status"]
+    ordering = ["-created_at"]
+
+    def get_queryset(self):
+        qs = super().get_queryset()
+        if self.action != "list":
+            qs = qs.prefetch_related(
+                Prefetch("events", queryset=RequestEvent.objects.select_related("actor"))
+            )
+        return qs
+
+    def get_serializer_class(self):
+        if self.action == "list":
+            return QuotaRequestSerializer
+        if self.action == "create":
+            return QuotaRequestCreateSerializer
+        return QuotaRequestDetailSerializer
+
+    def create(self, request, *args, **kwargs):
+        form = QuotaRequestCreateSerializer(data=request.data, context={"request": request})
+        form.is_valid(raise_exception=True)
+        with domain_errors():
+            req = services.submit(request.user, form.validated_data["data"])
+        return Response(self._detail(req), status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        request=ApproveSerializer,
+        responses={200: QuotaRequestDetailSerializer, **_errors},
+        summary="Approve (admins), optionally a smaller amount or a shorter window",
+    )
+    @action(detail=True, methods=["post"])
+    def approve(self, request, pk=None):
+        req = self.get_object()
+        form = ApproveSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        with domain_errors():
+            req = services.approve(req, request.user, **form.validated_data)
+        return Response(self._detail(req))
+
+    @extend_schema(
+        request=RejectSerializer,
+        responses={200: QuotaRequestDetailSerializer, **_errors},
+        summary="Reject with a reason (admins)",
+    )
+    @action(detail=True, methods=["post"])
+    def reject(self, request, pk=None):
+        req = self.get_object()
+        form = RejectSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        with domain_errors():
+            req = services.reject(req, request.user, form.validated_data["reason"])
+        return Response(self._detail(req))
+
+    @extend_schema(
+        request=CancelSerializer,
+        responses={200: QuotaRequestDetailSerializer, **_errors},
+        summary="Withdraw a pending request (requester, team manager or admin)",
+    )
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        req = self.get_object()
+        form = CancelSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        with domain_errors():
+            req = services.cancel(req, request.user, form.validated_data["note"])
+        return Response(self._detail(req))
+
+    def _detail(self, req: QuotaRequest) -> dict:
+        fresh = self.queryset.prefetch_related(
+            Prefetch("events", queryset=RequestEvent.objects.select_related("actor"))
+        ).get(pk=req.pk)
+        return QuotaRequestDetailSerializer(fresh, context=self.get_serializer_context()).data
+
+
+class GrantViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedViewSet):
+    """Grants of your teams' namespaces: active, upcoming, expired and released."""
+
+    queryset = Grant.objects.select_related("namespace__cluster", "namespace__team")
+    serializer_class = GrantSerializer
+    filterset_class = GrantFilter
+    team_path = "namespace__team"
+    ordering_fields = ["created_at", "starts_at", "ends_at", "amount"]
+    ordering = ["-created_at"]
+
+
+class OperationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedViewSet):
+    """Apply operations (outbox rows) for your teams' namespaces, with every attempt."""
+
+    queryset = Operation.objects.select_related(
+        "namespace__cluster", "namespace__team"
+    ).prefetch_related(
+        "attempt_log", Prefetch("requests", queryset=QuotaRequest.objects.only("id"))
+    )
+    serializer_class = OperationSerializer
+    filterset_class = OperationFilter
+    team_path = "namespace__team"
+    ordering_fields = ["created_at", "finished_at", "attempts"]
+    ordering = ["-created_at"]
+
+
+CSV_COLUMNS = [
+    "at", "actor", "action", "object_type", "object_id", "team", "before", "after", "note",
+]  # fmt: skip
+
+
+def _csv_cell(value) -> str:
+    """Text for a spreadsheet: JSON for structures; a leading quote defuses formulas."""
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
+class _Echo:
+    def write(self, value: str) -> str:
+        return value
+
+
+class CSVRenderer(renderers.BaseRenderer):
+    """Lets a client ask for ``Accept: text/csv``; the export streams its own body, and
+    errors on this path are written as JSON text."""
+
+    media_type = "text/csv"
+    format = "csv"
+    charset = "utf-8"
+
+    def render(self, data, accepted_media_type=None, renderer_context=None):
+        return json.dumps(data).encode() if data is not None else b""
+
+
+class AuditEventViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedViewSet):
+    """The audit trail of your teams (admins: everything, including events of no team)."""
+
+    queryset = AuditEvent.objects.select_related("team")
+    serializer_class = AuditEventSerializer
+    filterset_class = AuditEventFilter
+    ordering_fields = ["at"]
+    ordering = ["-at", "-id"]
+
+    @extend_schema(
+        responses={(200, "text/csv"): OpenApiTypes.STR, 400: _errors[400]},
+        summary="The same events as CSV (same filters, not paginated)",
+    )
+    @action(
+        detail=False,
+        methods=["get"],
+        pagination_class=None,
+        renderer_classes=[renderers.JSONRenderer, CSVRenderer],
+    )
+    def export(self, request):
+        events = self.filter_queryset(self.get_queryset())
+        writer = csv.writer(_Echo())
+
+        def rows() -> Iterator[str]:
+            yield writer.writerow(CSV_COLUMNS)
+            for e in events.iterator(chunk_size=2000):
+                team = e.team.slug if e.team else ""
+                yield writer.writerow(
+                    [e.at.isoformat(), e.actor_name, e.action, e.object_type, e.object_id, team]
+                    + [_csv_cell(v) for v in (e.before, e.after, e.note)]
+                )
+
+        response = StreamingHttpResponse(rows(), content_type="text/csv; charset=utf-8")
+        response["Content-Disposition"] = 'attachment; filename="audit-events.csv"'
+        return response

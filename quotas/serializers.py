@@ -1,0 +1,359 @@
+"""Serializers for the quota API.
+
+Output serializers read rows that the viewsets load with ``select_related`` /
+``prefetch_related`` (no per-row queries). Input serializers only parse and resolve
+references; every business rule is checked by ``quotas.services``.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import TextChoices
+from drf_spectacular.extensions import OpenApiSerializerFieldExtension
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from . import services
+from .models import (
+    AuditEvent,
+    Grant,
+    Membership,
+    Operation,
+    OperationAttempt,
+    QuotaRequest,
+    RequestEvent,
+    Team,
+    TeamNamespace,
+)
+
+User = get_user_model()
+
+
+def username() -> serializers.SlugRelatedField:
+    return serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+
+def visible_to(queryset, user, team_path: str = "team"):
+    """``queryset`` restricted to rows of teams ``user`` belongs to (admins: everything).
+
+    ``team_path`` leads from the model to its Team ("team", "namespace__team", or "pk"
+    for teams themselves). One subquery, so rows are never duplicated.
+    """
+    if user.is_staff:
+        return queryset
+    mine = Team.objects.filter(memberships__user=user).values("pk")
+    return queryset.filter(**{f"{team_path}__in": mine})
+
+
+class EnumField(serializers.ChoiceField):
+    """A ChoiceField shown in the schema as the named enum ``enum_name``.
+
+    drf-spectacular names enums after the field, so requests' and operations' ``status``
+    (or requests' and grants' ``kind``) would collide; a name per choice set avoids that.
+    """
+
+    def __init__(self, choices, *, enum_name: str, **kwargs):
+        self.enum_name = enum_name
+        super().__init__(choices, **kwargs)
+
+
+class EnumFieldExtension(OpenApiSerializerFieldExtension):
+    target_class = EnumField
+
+    def get_name(self) -> str:
+        return self.target.enum_name
+
+    def map_serializer_field(self, auto_schema, direction) -> dict:
+        return {"type": "string", "enum": list(self.target.choices)}
+
+
+def enum(choices: type[TextChoices], **kwargs) -> EnumField:
+    """``EnumField`` named after the TextChoices class: QuotaRequest.Status ->
+    QuotaRequestStatusEnum."""
+    name = choices.__qualname__.replace(".", "") + "Enum"
+    return EnumField(choices.choices, enum_name=name, **kwargs)
+
+
+# -- output -----------------------------------------------------------------------------
+
+
+class NamespaceSerializer(serializers.ModelSerializer):
+    cluster = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+
+    class Meta:
+        model = TeamNamespace
+        fields = ["id", "cluster", "name"]
+        read_only_fields = fields
+
+
+class MemberSerializer(serializers.ModelSerializer):
+    username = serializers.CharField(source="user.username", read_only=True)
+    role = enum(Membership.Role, read_only=True)
+
+    class Meta:
+        model = Membership
+        fields = ["username", "role"]
+        read_only_fields = fields
+
+
+class TeamSerializer(serializers.ModelSerializer):
+    members = MemberSerializer(source="memberships", many=True, read_only=True)
+    namespaces = NamespaceSerializer(many=True, read_only=True)
+    my_role = serializers.SerializerMethodField(
+        help_text="the caller's role in the team; null for an admin who is not a member"
+    )
+
+    class Meta:
+        model = Team
+        fields = ["slug", "name", "description", "members", "namespaces", "my_role"]
+        read_only_fields = fields
+
+    @extend_schema_field(enum(Membership.Role, allow_null=True))
+    def get_my_role(self, team: Team) -> str | None:
+        request = self.context.get("request")
+        user_id = request.user.pk if request else None
+        # Reads the prefetched memberships: no query per team.
+        return next((m.role for m in team.memberships.all() if m.user_id == user_id), None)
+
+
+class RequestEventSerializer(serializers.ModelSerializer):
+    actor = username()
+
+    class Meta:
+        model = RequestEvent
+        fields = ["at", "from_status", "to_status", "actor", "note"]
+        read_only_fields = fields
+
+
+class QuotaRequestSerializer(serializers.ModelSerializer):
+    status = enum(QuotaRequest.Status, read_only=True)
+    kind = enum(QuotaRequest.Kind, read_only=True)
+    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    namespace = NamespaceSerializer(read_only=True)
+    requested_by = username()
+    decided_by = username()
+
+    class Meta:
+        model = QuotaRequest
+        fields = [
+            "id", "status", "kind", "team", "namespace", "resource", "amount", "starts_at",
+            "ends_at", "justification", "target_grant", "requested_by", "on_behalf",
+            "decided_by", "decided_at", "decision_note", "grant", "created_at", "updated_at",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+
+class QuotaRequestDetailSerializer(QuotaRequestSerializer):
+    events = RequestEventSerializer(many=True, read_only=True)
+
+    class Meta(QuotaRequestSerializer.Meta):
+        fields = [*QuotaRequestSerializer.Meta.fields, "events"]
+        read_only_fields = fields
+
+
+class GrantSerializer(serializers.ModelSerializer):
+    team = serializers.SlugRelatedField(source="namespace.team", slug_field="slug", read_only=True)
+    namespace = NamespaceSerializer(read_only=True)
+    kind = enum(Grant.Kind, read_only=True)
+    state = serializers.SerializerMethodField(
+        help_text="active, upcoming, expired or released (now)"
+    )
+
+    class Meta:
+        model = Grant
+        fields = [
+            "id", "team", "namespace", "resource", "amount", "starts_at", "ends_at", "kind",
+            "state", "ended_at", "end_reason", "created_at",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+    def get_state(self, grant: Grant) -> str:
+        return grant.state()
+
+
+class OperationAttemptSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = OperationAttempt
+        fields = ["number", "started_at", "finished_at", "ok", "error"]
+        read_only_fields = fields
+
+
+class OperationSerializer(serializers.ModelSerializer):
+    team = serializers.SlugRelatedField(source="namespace.team", slug_field="slug", read_only=True)
+    namespace = NamespaceSerializer(read_only=True)
+    status = enum(Operation.Status, read_only=True)
+    attempt_log = OperationAttemptSerializer(many=True, read_only=True)
+    requests = serializers.PrimaryKeyRelatedField(many=True, read_only=True)
+    applied_hard = serializers.DictField(
+        child=serializers.CharField(),
+        read_only=True,
+        help_text="the ResourceQuota's status.hard as read back after the apply",
+    )
+
+    class Meta:
+        model = Operation
+        fields = [
+            "id", "team", "namespace", "reason", "status", "attempts", "max_attempts",
+            "last_error", "next_attempt_at", "applied_hard", "created_at", "started_at",
+            "finished_at", "attempt_log", "requests",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+
+class AuditEventSerializer(serializers.ModelSerializer):
+    actor = serializers.CharField(source="actor_name", read_only=True)
+    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    before = serializers.JSONField(read_only=True, allow_null=True)
+    after = serializers.JSONField(read_only=True, allow_null=True)
+
+    class Meta:
+        model = AuditEvent
+        fields = [
+            "id", "at", "actor", "action", "object_type", "object_id", "team", "before",
+            "after", "note",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+
+# -- input ------------------------------------------------------------------------------
+
+
+class QuotaRequestCreateSerializer(serializers.Serializer):
+    """Parses a new request and resolves its references; ``services.submit`` validates.
+
+    Renewals and releases take the namespace, resource and amount from ``target_grant``
+    when they are left out.
+    """
+
+    team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all())
+    namespace = serializers.CharField(
+        required=False, max_length=63, help_text="the team namespace's id or its name"
+    )
+    cluster = serializers.CharField(
+        required=False,
+        max_length=63,
+        help_text="cluster slug; needed only when the team has that namespace name on "
+        "several clusters",
+    )
+    resource = serializers.CharField(
+        required=False, max_length=100, help_text="nvidia.com/gpu or nvidia.com/mig-*"
+    )
+    amount = serializers.IntegerField(required=False)
+    starts_at = serializers.DateTimeField(required=False, allow_null=True, help_text="empty: now")
+    ends_at = serializers.DateTimeField(
+        required=False, allow_null=True, help_text="empty: permanent"
+    )
+    # Length and blankness are checked by services.validate, with its messages.
+    justification = serializers.CharField(
+        required=False, allow_blank=True, default="", trim_whitespace=False
+    )
+    kind = enum(QuotaRequest.Kind, default=QuotaRequest.Kind.NEW)
+    target_grant = serializers.UUIDField(
+        required=False, allow_null=True, help_text="the grant to renew or release"
+    )
+
+    def validate(self, attrs: dict) -> dict:
+        user = self.context["request"].user
+        team = attrs["team"]
+        # Asked before the namespace lookup, so that an unknown namespace cannot tell a
+        # non-member what the team's namespaces are called.
+        try:
+            services.check_may_file(user, team)
+        except DjangoValidationError as err:
+            raise serializers.ValidationError(err.message_dict) from err
+        grant = None
+        if attrs.get("target_grant"):
+            grant = (
+                visible_to(
+                    Grant.objects.select_related("namespace__cluster"), user, "namespace__team"
+                )
+                .filter(pk=attrs["target_grant"])
+                .first()
+            )
+            if grant is None:
+                raise serializers.ValidationError({"target_grant": "No such grant."})
+        new = attrs["kind"] == QuotaRequest.Kind.NEW
+        if attrs.get("namespace"):
+            namespace = self._namespace(user, team, attrs["namespace"], attrs.get("cluster"))
+        elif grant is not None and not new:
+            namespace = grant.namespace
+        else:
+            raise serializers.ValidationError({"namespace": "This field is required."})
+        # Renewals and releases take resource and amount from the grant (services).
+        missing = {
+            name: "This field is required."
+            for name in ("resource", "amount")
+            if new and attrs.get(name) is None
+        }
+        if missing:
+            raise serializers.ValidationError(missing)
+        return {
+            "data": services.RequestData(
+                team=team,
+                namespace=namespace,
+                resource=attrs.get("resource") or "",
+                amount=attrs.get("amount") or 0,
+                justification=attrs["justification"],
+                starts_at=attrs.get("starts_at"),
+                ends_at=attrs.get("ends_at"),
+                kind=attrs["kind"],
+                target_grant=grant,
+            )
+        }
+
+    @staticmethod
+    def _namespace(user, team: Team, value: str, cluster: str | None) -> TeamNamespace:
+        """The team's namespace with this id or name; else one of the caller's other
+        teams' (so that services can say it belongs to another team)."""
+        value = value.strip()
+        qs = visible_to(TeamNamespace.objects.select_related("cluster", "team"), user)
+        try:
+            qs = qs.filter(pk=uuid.UUID(value))
+        except ValueError:
+            qs = qs.filter(name=value)
+        if cluster:
+            qs = qs.filter(cluster__slug=cluster.strip())
+        found = list(qs)
+        candidates = [ns for ns in found if ns.team_id == team.pk] or found
+        if not candidates:
+            where = f" on cluster {cluster}" if cluster else ""
+            raise serializers.ValidationError(
+                {"namespace": f"No namespace {value!r}{where} among your teams' namespaces."}
+            )
+        if len(candidates) > 1:
+            clusters = ", ".join(sorted(ns.cluster.slug for ns in candidates))
+            raise serializers.ValidationError(
+                {
+                    "cluster": f"Namespace {value!r} exists on several clusters ({clusters}); "
+                    "name the cluster."
+                }
+            )
+        return candidates[0]
+
+
+class ApproveSerializer(serializers.Serializer):
+    amount = serializers.IntegerField(
+        required=False, allow_null=True, help_text="approve less than asked (default: all)"
+    )
+    ends_at = serializers.DateTimeField(
+        required=False, allow_null=True, help_text="a shorter window (default: as asked)"
+    )
+    note = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
+
+
+class RejectSerializer(serializers.Serializer):
+    # Required by services.reject, which gives the message.
+    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
+
+
+class CancelSerializer(serializers.Serializer):
+    note = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
+
+
+class ErrorSerializer(serializers.Serializer):
+    """Every error: ``detail``; validation errors add a list of messages per field."""
+
+    detail = serializers.CharField()
