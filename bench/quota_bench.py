@@ -2,8 +2,8 @@
 
     make bench-quota      # = python -m devstack run -- python bench/quota_bench.py
 
-Runs gunicorn (the REST API), a Celery worker and the simulated cluster (20 nodes x 8
-GPUs = 160 GPUs, far less than asked for) as separate processes on a fresh database.
+Runs gunicorn (the REST API), a Celery worker and the simulated cluster (60 nodes x 8
+GPUs = 480 GPUs, about a tenth of what is asked for) as separate processes on a fresh database.
 50 team members file 1,000 requests over the API (1-8 GPUs each); 4 admin clients then
 approve them concurrently over the API, oldest first. Reports:
   - decisions/s and approvals/s (approved + refused for capacity, over wall time);
@@ -115,7 +115,7 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--teams", type=int, default=50)
     parser.add_argument("--admins", type=int, default=4)
-    parser.add_argument("--nodes", type=int, default=20)
+    parser.add_argument("--nodes", type=int, default=60)
     args = parser.parse_args()
 
     log(f"fresh database {BENCH_DB}")
