@@ -1,0 +1,233 @@
+"""Forms of the quota pages. They only parse input; the rules live in ``quotas.services``,
+whose field-level ``ValidationError`` messages the views put back on these forms.
+
+Date-times are entered and shown in UTC (``<input type="datetime-local">`` has no zone).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from django import forms
+from django.forms.boundfield import BoundField
+from django.utils import timezone
+
+from .capacity import advertised_resources
+from .models import AuditEvent, NotificationOptOut, QuotaRequest, Team, TeamNamespace
+
+DATETIME_LOCAL = "%Y-%m-%dT%H:%M"
+
+
+class DescribedBoundField(BoundField):
+    """Points ``aria-describedby`` at the help text and the error message (see _field.html)."""
+
+    def build_widget_attrs(self, attrs, widget=None):
+        attrs = super().build_widget_attrs(attrs, widget)
+        ids = []
+        if self.help_text:
+            ids.append(f"{self.auto_id}_helptext")
+        if self.errors:
+            ids.append(f"{self.auto_id}_error")
+        if ids:
+            attrs["aria-describedby"] = " ".join(ids)
+        return attrs
+
+
+class PortalForm(forms.Form):
+    bound_field_class = DescribedBoundField
+
+    def add_service_errors(self, errors: dict[str, list[str]]) -> None:
+        """Put a ``services`` ValidationError's messages on the matching fields."""
+        for name, messages in errors.items():
+            field = name if name in self.fields else None
+            for message in messages:
+                self.add_error(field, message)
+
+
+class UTCDateTimeField(forms.DateTimeField):
+    """A ``datetime-local`` input read and written in UTC, whatever the active zone."""
+
+    widget = forms.DateTimeInput(attrs={"type": "datetime-local"}, format=DATETIME_LOCAL)
+    input_formats = [DATETIME_LOCAL, "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"]
+
+    def to_python(self, value):
+        with timezone.override(UTC):
+            return super().to_python(value)
+
+    def prepare_value(self, value):
+        if isinstance(value, datetime) and timezone.is_aware(value):
+            return value.astimezone(UTC)
+        return value
+
+
+class RequestForm(PortalForm):
+    """A new grant: team, namespace, resource, amount, window, justification."""
+
+    PERMANENT, WINDOW = "permanent", "window"
+
+    team = forms.ModelChoiceField(queryset=Team.objects.none(), empty_label="Choose a team")
+    namespace = forms.ModelChoiceField(
+        queryset=TeamNamespace.objects.none(),
+        empty_label="Choose a namespace",
+        help_text="Only namespaces of the chosen team.",
+    )
+    resource = forms.ChoiceField(
+        choices=(), help_text="Resources the namespace's cluster advertises."
+    )
+    amount = forms.IntegerField(min_value=1, widget=forms.NumberInput(attrs={"min": 1}))
+    duration = forms.ChoiceField(
+        choices=[(PERMANENT, "Permanent"), (WINDOW, "For a window")],
+        widget=forms.RadioSelect,
+        initial=PERMANENT,
+        label="How long",
+    )
+    starts_at = UTCDateTimeField(
+        required=False, label="Start (UTC)", help_text="Empty: now. Times are UTC."
+    )
+    ends_at = UTCDateTimeField(
+        required=False, label="End (UTC)", help_text="Required for a window. Times are UTC."
+    )
+    justification = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 4}),
+        max_length=2000,
+        help_text="What the GPUs are for; the admins read this.",
+    )
+
+    def __init__(self, *args, teams, member_team_ids: set, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["team"].queryset = teams
+        self.fields["team"].label_from_instance = lambda t: (
+            t.name if t.pk in member_team_ids else f"{t.name} (on behalf)"
+        )
+        namespaces = TeamNamespace.objects.filter(team__in=teams).select_related("cluster", "team")
+        self.fields["namespace"].queryset = namespaces
+        self.fields["namespace"].label_from_instance = lambda ns: (
+            f"{ns.cluster.slug}/{ns.name} ({ns.team.slug})"
+        )
+        self.fields["resource"].choices = self._resource_choices(namespaces)
+
+    def _resource_choices(self, namespaces) -> list[tuple[str, str]]:
+        """The chosen namespace's cluster's resources; before one is chosen, every
+        resource of the user's clusters (the service rejects one the cluster lacks)."""
+        chosen = self["namespace"].value()
+        try:
+            ns = namespaces.filter(pk=chosen).first() if chosen else None
+        except (ValueError, forms.ValidationError):
+            ns = None
+        clusters = {ns.cluster} if ns else {n.cluster for n in namespaces}
+        names = sorted({r for c in clusters for r in advertised_resources(c)})
+        return [(r, r) for r in names]
+
+    def clean(self):
+        data = super().clean()
+        if data.get("duration") == self.PERMANENT:
+            data["ends_at"] = None
+        elif data.get("duration") == self.WINDOW and not data.get("ends_at"):
+            self.add_error("ends_at", "Give an end, or choose a permanent grant.")
+        return data
+
+
+class RenewForm(PortalForm):
+    ends_at = UTCDateTimeField(label="New end (UTC)", help_text="Times are UTC.")
+    justification = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}),
+        max_length=2000,
+        help_text="Why the GPUs are still needed.",
+    )
+
+
+class ReleaseForm(PortalForm):
+    justification = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 2}),
+        max_length=2000,
+        initial="No longer needed.",
+        label="Note",
+    )
+
+
+class ApproveForm(PortalForm):
+    amount = forms.IntegerField(
+        required=False,
+        min_value=1,
+        widget=forms.NumberInput(attrs={"min": 1}),
+        help_text="Empty: the amount asked. Smaller only.",
+    )
+    ends_at = UTCDateTimeField(
+        required=False, label="End (UTC)", help_text="Empty: as asked. Earlier only."
+    )
+    note = forms.CharField(required=False, max_length=2000, widget=forms.TextInput)
+
+
+class RejectForm(PortalForm):
+    reason = forms.CharField(
+        max_length=2000,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="The requester sees this.",
+    )
+
+
+class RequestFilterForm(forms.Form):
+    status = forms.ChoiceField(
+        required=False, choices=[("", "Any"), ("open", "Open"), *QuotaRequest.Status.choices]
+    )
+    team = forms.ChoiceField(required=False, choices=())
+
+    def __init__(self, *args, teams, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["team"].choices = [("", "Any"), *((t.slug, t.name) for t in teams)]
+
+
+class AuditFilterForm(forms.Form):
+    action = forms.ChoiceField(required=False, choices=())
+    team = forms.ChoiceField(required=False, choices=())
+    actor = forms.CharField(required=False, max_length=150)
+    since = forms.DateField(
+        required=False, label="From", widget=forms.DateInput(attrs={"type": "date"})
+    )
+    until = forms.DateField(
+        required=False, label="Until", widget=forms.DateInput(attrs={"type": "date"})
+    )
+
+    def __init__(self, *args, teams, actions, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["team"].choices = [("", "Any"), *((t.slug, t.name) for t in teams)]
+        self.fields["action"].choices = [("", "Any"), *((a, a) for a in actions)]
+
+    def clean(self):
+        data = super().clean()
+        since, until = data.get("since"), data.get("until")
+        if since and until and until < since:
+            self.add_error("until", "Must not be before “From”.")
+        return data
+
+    def filter(self, qs):
+        data = self.cleaned_data
+        if data.get("action"):
+            qs = qs.filter(action=data["action"])
+        if data.get("team"):
+            qs = qs.filter(team__slug=data["team"])
+        if data.get("actor"):
+            qs = qs.filter(actor_name__iexact=data["actor"].strip())
+        if data.get("since"):
+            qs = qs.filter(at__date__gte=data["since"])
+        if data.get("until"):
+            qs = qs.filter(at__date__lte=data["until"])
+        return qs
+
+
+def audit_actions() -> list[str]:
+    return list(AuditEvent.objects.order_by("action").values_list("action", flat=True).distinct())
+
+
+class NotificationForm(forms.Form):
+    """One checkbox per kind: checked means "send me these"."""
+
+    def __init__(self, *args, kinds, **kwargs):
+        super().__init__(*args, **kwargs)
+        for value, label in kinds:
+            self.fields[value] = forms.BooleanField(required=False, label=label.capitalize())
+
+    @staticmethod
+    def kinds_for(user) -> list[tuple[str, str]]:
+        Kind = NotificationOptOut.Kind
+        return [(k, label) for k, label in Kind.choices if user.is_staff or k != Kind.NEW_REQUEST]
