@@ -6,6 +6,7 @@ the window asked for.
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -71,18 +72,29 @@ def peak_reserved(
     qs = _grants(cluster, resource, start, end)
     if exclude is not None:
         qs = qs.exclude(pk=exclude.pk)
+    return peak(qs.values_list("starts_at", "ends_at", "amount"), start, end)
+
+
+def peak(windows, start: datetime, end: datetime | None) -> int:
+    """The most reserved at any instant of [start, end) by (starts_at, ends_at, amount)
+    windows (ends_at None: permanent). A sweep over start and end points.
+
+    Pure, so pages that load many grants at once can reuse it without queries.
+    """
     points: list[tuple[datetime, int]] = []
-    for g_start, g_end, amount in qs.values_list("starts_at", "ends_at", "amount"):
+    for g_start, g_end, amount in windows:
+        if (g_end is not None and g_end <= start) or (end is not None and g_start >= end):
+            continue
         points.append((max(g_start, start), amount))
         if g_end is not None and (end is None or g_end < end):
             points.append((g_end, -amount))
     # Ends sort before starts at the same instant: [a, b) and [b, c) do not overlap.
     points.sort(key=lambda p: (p[0], p[1]))
-    level = peak = 0
+    level = highest = 0
     for _, delta in points:
         level += delta
-        peak = max(peak, level)
-    return peak
+        highest = max(highest, level)
+    return highest
 
 
 @dataclass(frozen=True)
@@ -133,4 +145,32 @@ def timeline(
         t = start + timedelta(days=day)
         reserved = sum(a for s, e, a in grants if s <= t and (e is None or e > t))
         out.append((t, reserved))
+    return out
+
+
+def bulk_limits(cluster_ids) -> dict[tuple, Headroom]:
+    """Allocatable, ratio and limit per (cluster id, resource), reserved left at 0.
+
+    The same figures as ``capacity.allocatable`` / ``ratio`` / ``limit``, in two queries.
+    """
+    alloc = defaultdict(int)
+    rows = (
+        NodeResource.objects.filter(node__cluster_id__in=cluster_ids, node__gone_at__isnull=True)
+        .values_list("node__cluster_id", "resource")
+        .annotate(total=Sum("allocatable"))
+    )
+    for cluster_id, resource, total in rows:
+        if is_gpu_resource(resource):
+            alloc[(cluster_id, resource)] = int(total or 0)
+    ratios = {
+        (p.cluster_id, p.resource): p.ratio
+        for p in OvercommitPolicy.objects.filter(cluster_id__in=cluster_ids)
+    }
+    out = {}
+    for key in set(alloc) | set(ratios):
+        r = ratios.get(key, DEFAULT_RATIO)
+        a = alloc.get(key, 0)
+        out[key] = Headroom(
+            resource=key[1], allocatable=a, ratio=r, limit=math.floor(a * r), reserved=0
+        )
     return out

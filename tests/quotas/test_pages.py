@@ -10,7 +10,6 @@ import io
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
@@ -26,10 +25,10 @@ from quotas.models import (
     Operation,
     OperationAttempt,
     QuotaRequest,
-    Team,
     TeamNamespace,
 )
 from tests.factories import make_cluster, make_node
+from tests.quotas.builders import make_grant, make_team, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -37,28 +36,7 @@ GPU = "nvidia.com/gpu"
 WHY = "Training the vision model for the spring paper."
 
 
-# -- factories ---------------------------------------------------------------------------
-
-
-def make_user(username: str, **kw):
-    return get_user_model().objects.create_user(username, f"{username}@example.com", "pw", **kw)
-
-
-def make_team(slug: str, *, members=(), managers=()) -> Team:
-    team = Team.objects.create(slug=slug, name=slug.replace("-", " ").title())
-    for user in members:
-        Membership.objects.create(team=team, user=user)
-    for user in managers:
-        Membership.objects.create(team=team, user=user, role=Membership.Role.MANAGER)
-    return team
-
-
-def make_grant(ns: TeamNamespace, amount: int, *, days: int | None = None, start_in=None):
-    start = timezone.now() + (start_in or timedelta(0))
-    return Grant.objects.create(
-        namespace=ns, resource=GPU, amount=amount, starts_at=start,
-        ends_at=None if days is None else start + timedelta(days=days),
-    )  # fmt: skip
+# -- factories (teams, users and grants: tests/quotas/builders.py) --------------------
 
 
 def make_request(ns: TeamNamespace, user, amount: int = 2, **kw) -> QuotaRequest:
@@ -146,6 +124,11 @@ def test_team_page_shows_granted_used_and_limit(client, world, researcher):
     assert "<dd data-granted>6</dd>" in html
     assert "<dd data-used>3</dd>" in html
     assert "<dd data-limit>16</dd>" in html
+    # Once the portal has read its ResourceQuota back, status.used is the figure shown.
+    world["ns"].quota_status = {"hard": {}, "used": {"requests.nvidia.com/gpu": "5"}}
+    world["ns"].save()
+    rows = client.get(reverse("quotas:teams")).context["rows"]
+    assert rows[0]["namespaces"][0].resources[0].used == 5
     # Request pre-filled with the namespace; renew on the temporary grant only; a plain
     # member may not release.
     assert f"?namespace={world['ns'].pk}" in html

@@ -1,0 +1,125 @@
+"""The audit trail page and its CSV export."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils import timezone
+
+from ..forms import (
+    AuditFilterForm,
+    audit_actions,
+)
+from ..models import (
+    AuditEvent,
+)
+from .common import (
+    visible_audit,
+    visible_teams,
+)
+
+AUDIT_PER_PAGE = 50
+
+
+# -- audit -----------------------------------------------------------------------------
+
+
+def _audit_filtered(request: HttpRequest) -> tuple[AuditFilterForm, QuerySet[AuditEvent]]:
+    form = AuditFilterForm(
+        request.GET or None, teams=list(visible_teams(request.user)), actions=audit_actions()
+    )
+    qs = visible_audit(request.user)
+    if form.is_bound:
+        qs = form.filter(qs) if form.is_valid() else qs.none()
+    return form, qs
+
+
+@login_required
+def audit(request: HttpRequest) -> HttpResponse:
+    form, qs = _audit_filtered(request)
+    page = Paginator(qs, AUDIT_PER_PAGE).get_page(request.GET.get("page"))
+    for e in page.object_list:
+        e.changes = _changes(e.before, e.after)
+    query = request.GET.copy()
+    query.pop("page", None)
+    return render(
+        request,
+        "quotas/audit.html",
+        {
+            "form": form,
+            "page": page,
+            "filtered": any(v for k, v in request.GET.items() if k != "page"),
+            "export_query": query.urlencode(),
+        },
+    )
+
+
+_ISO = re.compile(r"^(\d{4}-\d\d-\d\d)T(\d\d:\d\d)[^ ]*$")
+
+
+def _shown(value) -> str:
+    """A before/after value for the page: ISO times to the minute, JSON otherwise."""
+    if value is None:
+        return "—"
+    if isinstance(value, str):
+        match = _ISO.match(value)
+        return f"{match[1]} {match[2]}" if match else value
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _changes(before, after) -> list[tuple[str, str | None, str]]:
+    """(key, before or None when there was no before, after) per key, for the audit page."""
+    before, after = before or {}, after or {}
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        return [("", _shown(before), _shown(after))]
+    return [
+        (k, _shown(before[k]) if k in before else None, _shown(after.get(k)))
+        for k in sorted(set(before) | set(after))
+    ]
+
+
+def _compact(value) -> str:
+    if value is None:
+        return ""
+    return json.dumps(value, sort_keys=True, separators=(", ", ": "), ensure_ascii=False)
+
+
+def _cell(value) -> str:
+    """A CSV cell a spreadsheet will not run as a formula."""
+    text = "" if value is None else str(value)
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
+@login_required
+def audit_export(request: HttpRequest) -> HttpResponse:
+    _, qs = _audit_filtered(request)
+    response = HttpResponse(content_type="text/csv; charset=utf-8")
+    stamp = timezone.now().strftime("%Y%m%d-%H%M")
+    response["Content-Disposition"] = f'attachment; filename="audit-{stamp}.csv"'
+    writer = csv.writer(response)
+    writer.writerow(
+        ["at", "actor", "action", "object_type", "object_id", "team", "before", "after", "note"]
+    )
+    for e in qs.iterator(chunk_size=1000):
+        writer.writerow(
+            _cell(v)
+            for v in (
+                e.at.isoformat(),
+                e.actor_name,
+                e.action,
+                e.object_type,
+                e.object_id,
+                e.team.slug if e.team else "",
+                _compact(e.before),
+                _compact(e.after),
+                e.note,
+            )
+        )
+    return response

@@ -1,0 +1,321 @@
+"""Requests: new, renew, release, list, detail with its timeline, approve, reject, cancel."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_POST
+
+from .. import services
+from ..capacity import Headroom, headroom
+from ..forms import (
+    ApproveForm,
+    RejectForm,
+    ReleaseForm,
+    RenewForm,
+    RequestFilterForm,
+    RequestForm,
+)
+from ..models import (
+    Grant,
+    Membership,
+    OperationAttempt,
+    QuotaRequest,
+    TeamNamespace,
+)
+from .common import (
+    _can_manage,
+    _staff_only,
+    _usage,
+    visible_grants,
+    visible_requests,
+    visible_teams,
+)
+
+REQUESTS_PER_PAGE = 25
+
+
+# -- requests: new, renew, release -----------------------------------------------------
+
+
+def _submit(request: HttpRequest, form, data: services.RequestData):
+    """Run ``services.submit``; on a rule violation put its messages on the form."""
+    try:
+        return services.submit(request.user, data)
+    except ValidationError as err:
+        form.add_service_errors(err.message_dict)
+    except PermissionError as err:
+        raise PermissionDenied(str(err)) from err
+    return None
+
+
+@login_required
+def request_new(request: HttpRequest) -> HttpResponse:
+    user = request.user
+    teams_qs = visible_teams(user)
+    member_ids = set(Membership.objects.filter(user=user).values_list("team_id", flat=True))
+    initial = {}
+    ns_id = request.GET.get("namespace")
+    if ns_id:
+        ns = TeamNamespace.objects.filter(team__in=teams_qs, pk=_uuid_or_none(ns_id)).first()
+        if ns:
+            initial = {"team": ns.team_id, "namespace": ns.pk}
+    form = RequestForm(
+        request.POST or None, initial=initial, teams=teams_qs, member_team_ids=member_ids
+    )
+    if request.method == "POST" and form.is_valid():
+        d = form.cleaned_data
+        data = services.RequestData(
+            team=d["team"], namespace=d["namespace"], resource=d["resource"],
+            amount=d["amount"], justification=d["justification"],
+            starts_at=d["starts_at"], ends_at=d["ends_at"],
+        )  # fmt: skip
+        req = _submit(request, form, data)
+        if req is not None:
+            messages.success(request, "Request submitted: the portal admins have been told.")
+            return redirect("quotas:request", pk=req.pk)
+    return render(
+        request,
+        "quotas/request_new.html",
+        {"form": form, "no_teams": not teams_qs.exists()},
+    )
+
+
+def _uuid_or_none(value: str):
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        return None
+
+
+@login_required
+def grant_renew(request: HttpRequest, pk) -> HttpResponse:
+    grant = get_object_or_404(visible_grants(request.user), pk=pk)
+    form = RenewForm(request.POST or None, initial={"ends_at": grant.ends_at})
+    if request.method == "POST" and form.is_valid():
+        data = services.RequestData(
+            team=grant.namespace.team, namespace=grant.namespace, resource=grant.resource,
+            amount=grant.amount, justification=form.cleaned_data["justification"],
+            ends_at=form.cleaned_data["ends_at"], kind=QuotaRequest.Kind.RENEWAL,
+            target_grant=grant,
+        )  # fmt: skip
+        req = _submit(request, form, data)
+        if req is not None:
+            messages.success(request, "Renewal requested: the portal admins have been told.")
+            return redirect("quotas:request", pk=req.pk)
+    return render(request, "quotas/grant_renew.html", {"grant": grant, "form": form})
+
+
+@login_required
+def grant_release(request: HttpRequest, pk) -> HttpResponse:
+    """GET asks for confirmation; POST files a release, which takes effect at once."""
+    grant = get_object_or_404(visible_grants(request.user), pk=pk)
+    if not _can_manage(request.user, grant.namespace.team):
+        raise PermissionDenied("Only a team manager or a portal admin can release a grant.")
+    form = ReleaseForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        data = services.RequestData(
+            team=grant.namespace.team, namespace=grant.namespace, resource=grant.resource,
+            amount=grant.amount, justification=form.cleaned_data["justification"],
+            kind=QuotaRequest.Kind.RELEASE, target_grant=grant,
+        )  # fmt: skip
+        req = _submit(request, form, data)
+        if req is not None:
+            messages.success(
+                request, f"Released {grant.amount} {grant.resource}; the quota is being updated."
+            )
+            return redirect("quotas:request", pk=req.pk)
+    return render(request, "quotas/grant_release.html", {"grant": grant, "form": form})
+
+
+# -- requests: list and detail ---------------------------------------------------------
+
+
+@login_required
+def request_list(request: HttpRequest) -> HttpResponse:
+    teams_list = list(visible_teams(request.user))
+    form = RequestFilterForm(request.GET or None, teams=teams_list)
+    qs = visible_requests(request.user)
+    if form.is_valid():
+        status, team = form.cleaned_data["status"], form.cleaned_data["team"]
+        if status == "open":
+            qs = qs.filter(status__in=QuotaRequest.OPEN)
+        elif status:
+            qs = qs.filter(status=status)
+        if team:
+            qs = qs.filter(team__slug=team)
+    elif form.is_bound:
+        qs = qs.none()
+    page = Paginator(qs, REQUESTS_PER_PAGE).get_page(request.GET.get("page"))
+    return render(
+        request,
+        "quotas/request_list.html",
+        {
+            "form": form,
+            "page": page,
+            "filtered": any(v for k, v in request.GET.items() if k != "page"),
+        },
+    )
+
+
+def _timeline(req: QuotaRequest) -> list[dict]:
+    """Status changes and apply attempts, interleaved by time."""
+    items = [
+        {"at": e.at, "kind": "event", "event": e}
+        for e in req.events.select_related("actor").order_by("at", "id")
+    ]
+    attempts = OperationAttempt.objects.filter(operation__requests=req).select_related("operation")
+    items += [
+        {
+            "at": a.started_at,
+            "kind": "attempt",
+            "attempt": a,
+            "seconds": (a.finished_at - a.started_at).total_seconds() if a.finished_at else None,
+        }
+        for a in attempts
+    ]
+    return sorted(items, key=lambda i: (i["at"], i["kind"] == "attempt"))
+
+
+def _namespace_context(req: QuotaRequest, now: datetime) -> dict:
+    """The team's active grants and usage in the request's namespace."""
+    ns = req.namespace
+    grants = list(Grant.objects.filter(namespace=ns).active_at(now).order_by("starts_at"))
+    usage = _usage([ns])
+    return {
+        "grants": grants,
+        "granted": sum(g.amount for g in grants if g.resource == req.resource),
+        "used": usage.get((ns.pk, req.resource), 0),
+    }
+
+
+def _headroom(req: QuotaRequest) -> Headroom:
+    return headroom(req.namespace.cluster, req.resource, req.starts_at, req.ends_at)
+
+
+def _can_cancel(user, req: QuotaRequest) -> bool:
+    return user.is_staff or req.requested_by_id == user.pk or services.is_manager(user, req.team)
+
+
+def _detail_context(request: HttpRequest, req: QuotaRequest, **forms) -> dict:
+    user = request.user
+    pending = req.status == QuotaRequest.Status.PENDING
+    ctx = {
+        "req": req,
+        "timeline": _timeline(req),
+        "operations": list(req.operations.all()),
+        "can_cancel": pending and _can_cancel(user, req),
+        "next": reverse("quotas:request", args=[req.pk]),
+    }
+    if pending and user.is_staff:
+        room = _headroom(req)
+        ctx.update(
+            approve_form=forms.get("approve_form") or ApproveForm(),
+            reject_form=forms.get("reject_form") or RejectForm(),
+            room=room,
+            after=room.after(req.amount),
+            **_namespace_context(req, timezone.now()),
+        )
+    return ctx
+
+
+@login_required
+def request_detail(request: HttpRequest, pk) -> HttpResponse:
+    req = get_object_or_404(visible_requests(request.user), pk=pk)
+    return render(request, "quotas/request_detail.html", _detail_context(request, req))
+
+
+@login_required
+def request_cancel(request: HttpRequest, pk) -> HttpResponse:
+    """GET asks for confirmation; POST withdraws the pending request."""
+    req = get_object_or_404(visible_requests(request.user), pk=pk)
+    if not _can_cancel(request.user, req):
+        raise PermissionDenied("Only the requester, a team manager or an admin may cancel.")
+    if request.method == "POST":
+        try:
+            services.cancel(req, request.user, note=request.POST.get("note", "")[:2000])
+        except PermissionError as err:
+            raise PermissionDenied(str(err)) from err
+        except services.TransitionError:
+            messages.warning(request, f"This request is already {req.status}: nothing to cancel.")
+        else:
+            messages.success(request, "Request cancelled.")
+        return redirect("quotas:request", pk=req.pk)
+    return render(request, "quotas/request_cancel.html", {"req": req})
+
+
+def _next_url(request: HttpRequest, req: QuotaRequest) -> str:
+    target = request.POST.get("next", "")
+    if url_has_allowed_host_and_scheme(target, {request.get_host()}, request.is_secure()):
+        return target
+    return reverse("quotas:request", args=[req.pk])
+
+
+@require_POST
+@login_required
+def request_approve(request: HttpRequest, pk) -> HttpResponse:
+    _staff_only(request.user)
+    req = get_object_or_404(visible_requests(request.user), pk=pk)
+    form = ApproveForm(request.POST)
+    if form.is_valid():
+        try:
+            services.approve(
+                req,
+                request.user,
+                amount=form.cleaned_data["amount"],
+                ends_at=form.cleaned_data["ends_at"],
+                note=form.cleaned_data["note"],
+            )
+        except services.TransitionError:
+            messages.warning(request, f"This request was already decided ({_status(req)}).")
+            return redirect("quotas:request", pk=req.pk)
+        except ValidationError as err:
+            form.add_service_errors(err.message_dict)
+        else:
+            messages.success(request, f"Approved: {req}. The quota is being applied.")
+            return redirect(_next_url(request, req))
+    messages.error(request, "Not approved: see the approval form below.")
+    return render(
+        request,
+        "quotas/request_detail.html",
+        _detail_context(request, req, approve_form=form),
+    )
+
+
+@require_POST
+@login_required
+def request_reject(request: HttpRequest, pk) -> HttpResponse:
+    _staff_only(request.user)
+    req = get_object_or_404(visible_requests(request.user), pk=pk)
+    form = RejectForm(request.POST)
+    if form.is_valid():
+        try:
+            services.reject(req, request.user, form.cleaned_data["reason"])
+        except services.TransitionError:
+            messages.warning(request, f"This request was already decided ({_status(req)}).")
+            return redirect("quotas:request", pk=req.pk)
+        except ValidationError as err:
+            form.add_service_errors(err.message_dict)
+        else:
+            messages.success(request, f"Rejected: {req}.")
+            return redirect(_next_url(request, req))
+    messages.error(request, "Not rejected: say why.")
+    return render(
+        request,
+        "quotas/request_detail.html",
+        _detail_context(request, req, reject_form=form),
+    )
+
+
+def _status(req: QuotaRequest) -> str:
+    return QuotaRequest.objects.filter(pk=req.pk).values_list("status", flat=True).first() or ""

@@ -1,0 +1,134 @@
+"""My teams: granted vs used vs capacity per namespace and resource."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from django.contrib.auth.decorators import login_required
+from django.db.models import Count
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils import timezone
+
+from ..capacity import bulk_limits
+from ..models import (
+    Grant,
+    Membership,
+    QuotaRequest,
+    TeamNamespace,
+)
+from .common import (
+    _usage,
+    visible_teams,
+)
+
+ENDED_GRANTS_SHOWN = 10
+
+
+# -- my teams --------------------------------------------------------------------------
+
+
+@dataclass
+class ResourceRow:
+    resource: str
+    granted: int
+    used: int
+    limit: int
+
+    @property
+    def scale(self) -> int:
+        return max(self.limit, self.granted, self.used, 1)
+
+    @property
+    def used_in_quota(self) -> int:
+        return min(self.used, self.granted)
+
+    @property
+    def unused(self) -> int:
+        return max(self.granted - self.used, 0)
+
+    @property
+    def over(self) -> int:
+        return max(self.used - self.granted, 0)
+
+    @property
+    def rest(self) -> int:
+        return max(self.scale - max(self.granted, self.used), 0)
+
+
+@dataclass
+class NamespaceView:
+    ns: TeamNamespace
+    resources: list[ResourceRow] = field(default_factory=list)
+    active: list[Grant] = field(default_factory=list)
+    upcoming: list[Grant] = field(default_factory=list)
+    ended: list[Grant] = field(default_factory=list)
+
+
+@login_required
+def teams(request: HttpRequest) -> HttpResponse:
+    user = request.user
+    team_list = list(visible_teams(user).prefetch_related("memberships__user"))
+    namespaces = list(
+        TeamNamespace.objects.filter(team__in=team_list).select_related("cluster", "team")
+    )
+    now = timezone.now()
+    grants = list(Grant.objects.filter(namespace__in=namespaces).order_by("starts_at"))
+    usage = _usage(namespaces)
+    limits = bulk_limits({ns.cluster_id for ns in namespaces})
+    open_counts = dict(
+        QuotaRequest.objects.filter(team__in=team_list, status__in=QuotaRequest.OPEN)
+        .values("team_id")
+        .annotate(n=Count("pk"))
+        .values_list("team_id", "n")
+    )
+
+    views = {ns.pk: NamespaceView(ns) for ns in namespaces}
+    granted = defaultdict(int)
+    for g in grants:
+        view = views[g.namespace_id]
+        g.namespace = view.ns
+        state = g.state(now)
+        if state == "active":
+            granted[(g.namespace_id, g.resource)] += g.amount
+            view.active.append(g)
+        elif state == "upcoming":
+            view.upcoming.append(g)
+        else:
+            view.ended.append(g)
+    for view in views.values():
+        ns = view.ns
+        names = {r for (c, r) in limits if c == ns.cluster_id}
+        names |= {r for (n, r) in granted if n == ns.pk} | {r for (n, r) in usage if n == ns.pk}
+        for resource in sorted(names):
+            lim = limits.get((ns.cluster_id, resource))
+            view.resources.append(
+                ResourceRow(
+                    resource=resource,
+                    granted=granted[(ns.pk, resource)],
+                    used=usage.get((ns.pk, resource), 0),
+                    limit=lim.limit if lim else 0,
+                )
+            )
+        view.ended = sorted(view.ended, key=lambda g: g.ended_at or g.ends_at, reverse=True)[
+            :ENDED_GRANTS_SHOWN
+        ]
+
+    manager_of = {
+        m.team_id
+        for t in team_list
+        for m in t.memberships.all()
+        if m.user_id == user.pk and m.role == Membership.Role.MANAGER
+    }
+    rows = [
+        {
+            "team": t,
+            "role": next((m.role for m in t.memberships.all() if m.user_id == user.pk), None),
+            "can_manage": user.is_staff or t.pk in manager_of,
+            "namespaces": [v for v in views.values() if v.ns.team_id == t.pk],
+            "open_requests": open_counts.get(t.pk, 0),
+        }
+        for t in team_list
+    ]
+    return render(request, "quotas/teams.html", {"rows": rows, "now": now})
