@@ -33,10 +33,11 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from queue import Empty, Queue
-from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bench.common import database_url, fresh_database  # noqa: E402
+
 BENCH_DB = "portal_bench_quota"
 GPU = "nvidia.com/gpu"
 
@@ -52,34 +53,12 @@ def free_port() -> int:
 
 
 def bench_env() -> dict[str, str]:
-    parts = urlsplit(os.environ["DATABASE_URL"])
-    head = parts.path.rsplit("/", 1)[0]
     env = dict(os.environ)
-    env["DATABASE_URL"] = urlunsplit(parts._replace(path=f"{head}/{BENCH_DB}"))
+    env["DATABASE_URL"] = database_url(BENCH_DB)
     env.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
     env["LOG_LEVEL"] = "WARNING"
     env["TOKEN_THROTTLE_RATE"] = "100000/min"
-    # The bench calls the re-dispatcher itself; keep beat-like behaviour out of the way.
     return env
-
-
-def prepare_database() -> None:
-    import environ
-    import psycopg2
-
-    cfg = environ.Env.db_url_config(os.environ["DATABASE_URL"])
-    conn = psycopg2.connect(
-        dbname=cfg["NAME"], user=cfg["USER"], password=cfg["PASSWORD"] or None,
-        host=cfg["HOST"] or None, port=cfg["PORT"] or None,
-    )  # fmt: skip
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
-        cur.execute(f"CREATE DATABASE {BENCH_DB}")
-    conn.close()
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=bench_env(), check=True
-    )
 
 
 def start(cmd: list[str], env: dict[str, str], name: str, logdir: Path) -> subprocess.Popen:
@@ -119,7 +98,7 @@ def main() -> int:
     args = parser.parse_args()
 
     log(f"fresh database {BENCH_DB}")
-    prepare_database()
+    fresh_database(BENCH_DB)
     env = bench_env()
     os.environ.update(DATABASE_URL=env["DATABASE_URL"], LOG_LEVEL="WARNING")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")

@@ -29,10 +29,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bench.common import database_url, fresh_database  # noqa: E402
+
 BENCH_DB = "portal_bench"
 
 
@@ -44,15 +45,8 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def bench_database_url() -> str:
-    """DATABASE_URL with the database name (its last path segment) replaced."""
-    parts = urlsplit(os.environ["DATABASE_URL"])
-    head = parts.path.rsplit("/", 1)[0]
-    return urlunsplit(parts._replace(path=f"{head}/{BENCH_DB}"))
-
-
 def django_setup() -> None:
-    os.environ["DATABASE_URL"] = os.environ.get("BENCH_DATABASE_URL") or bench_database_url()
+    os.environ["DATABASE_URL"] = os.environ.get("BENCH_DATABASE_URL") or database_url(BENCH_DB)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
     os.environ.setdefault("LOG_LEVEL", "WARNING")
     import django
@@ -182,24 +176,6 @@ def run_phase(name: str, args) -> dict:
 # -- orchestration --------------------------------------------------------------------------
 
 
-def prepare_database() -> None:
-    import environ
-    import psycopg2
-
-    cfg = environ.Env.db_url_config(os.environ["DATABASE_URL"])
-    conn = psycopg2.connect(
-        dbname=cfg["NAME"], user=cfg["USER"], password=cfg["PASSWORD"] or None,
-        host=cfg["HOST"] or None, port=cfg["PORT"] or None,
-    )  # fmt: skip
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(f"DROP DATABASE IF EXISTS {BENCH_DB} WITH (FORCE)")
-        cur.execute(f"CREATE DATABASE {BENCH_DB}")
-    conn.close()
-    env = dict(os.environ, DATABASE_URL=bench_database_url())
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-
-
 def start_sim(args, workdir: Path) -> tuple[subprocess.Popen, str]:
     spec = workdir / "fleet.json"
     spec.write_text(json.dumps({"generate": {
@@ -236,7 +212,7 @@ def main() -> int:
         return 0
 
     log(f"fresh database {BENCH_DB}")
-    prepare_database()
+    fresh_database(BENCH_DB)
     with tempfile.TemporaryDirectory() as tmp:
         log(f"generating {args.nodes} nodes / {args.pods} pods in the simulated cluster")
         sim, args.kubeconfig = start_sim(args, Path(tmp))

@@ -261,59 +261,50 @@ def _next_url(request: HttpRequest, req: QuotaRequest) -> str:
     return reverse("quotas:request", args=[req.pk])
 
 
-@require_POST
-@login_required
-def request_approve(request: HttpRequest, pk) -> HttpResponse:
+def _decide(request: HttpRequest, pk, form_class, act, done: str, refused: str, form_name: str):
+    """Run an admin decision from the request page or the queue; errors go back on the form."""
     _staff_only(request.user)
     req = get_object_or_404(visible_requests(request.user), pk=pk)
-    form = ApproveForm(request.POST)
+    form = form_class(request.POST)
     if form.is_valid():
         try:
-            services.approve(
-                req,
-                request.user,
-                amount=form.cleaned_data["amount"],
-                ends_at=form.cleaned_data["ends_at"],
-                note=form.cleaned_data["note"],
-            )
+            act(req, form.cleaned_data)
         except services.TransitionError:
             messages.warning(request, f"This request was already decided ({_status(req)}).")
             return redirect("quotas:request", pk=req.pk)
         except ValidationError as err:
             form.add_service_errors(err.message_dict)
         else:
-            messages.success(request, f"Approved: {req}. The quota is being applied.")
+            messages.success(request, done.format(req=req))
             return redirect(_next_url(request, req))
-    messages.error(request, "Not approved: see the approval form below.")
+    messages.error(request, refused)
     return render(
-        request,
-        "quotas/request_detail.html",
-        _detail_context(request, req, approve_form=form),
+        request, "quotas/request_detail.html", _detail_context(request, req, **{form_name: form})
     )
 
 
 @require_POST
 @login_required
+def request_approve(request: HttpRequest, pk) -> HttpResponse:
+    def act(req, data):
+        services.approve(
+            req, request.user, amount=data["amount"], ends_at=data["ends_at"], note=data["note"]
+        )
+
+    return _decide(
+        request, pk, ApproveForm, act, "Approved: {req}. The quota is being applied.",
+        "Not approved: see the approval form below.", "approve_form",
+    )  # fmt: skip
+
+
+@require_POST
+@login_required
 def request_reject(request: HttpRequest, pk) -> HttpResponse:
-    _staff_only(request.user)
-    req = get_object_or_404(visible_requests(request.user), pk=pk)
-    form = RejectForm(request.POST)
-    if form.is_valid():
-        try:
-            services.reject(req, request.user, form.cleaned_data["reason"])
-        except services.TransitionError:
-            messages.warning(request, f"This request was already decided ({_status(req)}).")
-            return redirect("quotas:request", pk=req.pk)
-        except ValidationError as err:
-            form.add_service_errors(err.message_dict)
-        else:
-            messages.success(request, f"Rejected: {req}.")
-            return redirect(_next_url(request, req))
-    messages.error(request, "Not rejected: say why.")
-    return render(
-        request,
-        "quotas/request_detail.html",
-        _detail_context(request, req, reject_form=form),
+    def act(req, data):
+        services.reject(req, request.user, data["reason"])
+
+    return _decide(
+        request, pk, RejectForm, act, "Rejected: {req}.", "Not rejected: say why.", "reject_form"
     )
 
 

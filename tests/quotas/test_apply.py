@@ -13,32 +13,17 @@ import time_machine
 from django.utils import timezone
 from kubernetes.client.exceptions import ApiException
 
-from inventory.sync import sync_cluster
 from quotas import services
 from quotas.apply import run_operation
 from quotas.models import AuditEvent, Operation, OperationAttempt, QuotaRequest
 from quotas.services import RequestData
 from quotas.tasks import process_grant_windows, reconcile_quotas
-from tests.inventory.test_sync import node_body, pod_body
-from tests.quotas.builders import make_namespace, make_team, make_user
+from tests.inventory.test_sync import pod_body
 
 pytestmark = pytest.mark.django_db
 GPU = "nvidia.com/gpu"
 QUOTA = "gpu-portal-quota"
 WHY = "fine-tuning run for the benchmark paper"
-
-
-@pytest.fixture
-def setup(sim_api, sim_cluster):
-    """Two 8-GPU nodes, a team namespace, a member and an admin; inventory synced."""
-    sim_api.create_node(node_body("gpu-0"))
-    sim_api.create_node(node_body("gpu-1"))
-    sim_api.create_namespace({"metadata": {"name": "vision"}})
-    assert sync_cluster(sim_cluster).status == "succeeded"
-    alice, admin = make_user("alice"), make_user("root", staff=True)
-    team = make_team("vision", members=[alice])
-    ns = make_namespace(team, sim_cluster, "vision")
-    return {"core": sim_api, "alice": alice, "admin": admin, "team": team, "ns": ns}
 
 
 def approve(s, amount=3, **kw) -> QuotaRequest:

@@ -9,29 +9,17 @@ import pytest
 from django.db import connection
 from kubernetes.client.exceptions import ApiException
 
-from inventory.sync import sync_cluster
 from quotas import services
 from quotas.apply import redispatch_due
 from quotas.models import Grant, Operation, QuotaRequest
 from quotas.services import RequestData
 from tests.conftest import kill, wait_for
-from tests.inventory.test_sync import node_body, pod_body
-from tests.quotas.builders import make_namespace, make_team, make_user
+from tests.inventory.test_sync import pod_body
+from tests.quotas.builders import make_user
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 GPU = "nvidia.com/gpu"
 WHY = "fine-tuning run for the benchmark paper"
-
-
-@pytest.fixture
-def setup(sim_api, sim_cluster):
-    sim_api.create_node(node_body("gpu-0"))
-    sim_api.create_namespace({"metadata": {"name": "vision"}})
-    assert sync_cluster(sim_cluster).status == "succeeded"
-    alice, admin = make_user("alice"), make_user("root", staff=True)
-    team = make_team("vision", members=[alice])
-    ns = make_namespace(team, sim_cluster, "vision")
-    return {"core": sim_api, "alice": alice, "admin": admin, "team": team, "ns": ns}
 
 
 def submit(s, amount: int) -> QuotaRequest:
@@ -76,7 +64,7 @@ def test_a_worker_killed_mid_apply_loses_nothing(setup, sim, start_worker):
 
 
 def test_two_admins_racing_for_the_last_gpus_exactly_one_wins(setup):
-    first, second = submit(setup, 5), submit(setup, 5)  # 8 allocatable: only one fits
+    first, second = submit(setup, 9), submit(setup, 9)  # 16 allocatable: only one fits
     admin2 = make_user("root2", staff=True)
     barrier = threading.Barrier(2)
     outcomes: dict[str, str] = {}
@@ -101,5 +89,5 @@ def test_two_admins_racing_for_the_last_gpus_exactly_one_wins(setup):
         t.join(30)
     assert sorted(v.split(":")[0] for v in outcomes.values()) == ["approved", "refused"]
     refusal = next(v for v in outcomes.values() if v.startswith("refused"))
-    assert "Only 3 nvidia.com/gpu free" in refusal
-    assert sum(Grant.objects.values_list("amount", flat=True)) == 5
+    assert "Only 7 nvidia.com/gpu free" in refusal
+    assert sum(Grant.objects.values_list("amount", flat=True)) == 9
