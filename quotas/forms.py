@@ -105,6 +105,14 @@ class RequestForm(PortalForm):
             f"{ns.cluster.slug}/{ns.name} ({ns.team.slug})"
         )
         self.fields["resource"].choices = self._resource_choices(namespaces)
+        # Most people are in one team with one namespace: nothing to choose then.
+        if not self.is_bound:
+            only_teams = list(teams[:2])
+            if len(only_teams) == 1 and "team" not in self.initial:
+                self.initial["team"] = only_teams[0].pk
+            only_namespaces = list(namespaces[:2])
+            if len(only_namespaces) == 1 and "namespace" not in self.initial:
+                self.initial["namespace"] = only_namespaces[0].pk
 
     def _resource_choices(self, namespaces) -> list[tuple[str, str]]:
         """The chosen namespace's cluster's resources; before one is chosen, every

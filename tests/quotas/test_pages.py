@@ -527,3 +527,11 @@ def test_notification_preferences_save(client, researcher):
     assert {name for name in form.fields if form[name].value()} == keep
     client.post(reverse("quotas:notifications"), {k: "on" for k in form.fields})
     assert not NotificationOptOut.objects.filter(user=researcher).exists()
+
+
+def test_a_single_team_and_namespace_are_preselected(client, db):
+    user = make_user("solo")
+    team = make_team("solo", members=[user])
+    ns = TeamNamespace.objects.create(team=team, cluster=make_cluster("c1"), name="solo")
+    form = login(client, user).get(reverse("quotas:request-new")).context["form"]
+    assert (form.initial["team"], form.initial["namespace"]) == (team.pk, ns.pk)

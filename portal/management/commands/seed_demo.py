@@ -9,6 +9,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
+from django.test.utils import override_settings
 from django.utils import timezone
 
 from inventory.models import Cluster
@@ -53,7 +54,9 @@ class Command(BaseCommand):
         run = sync_cluster(cluster, trigger="seed")  # capacity is needed to approve
         if run.error:
             self.stderr.write(f"first sync failed ({run.error}); sample requests skipped")
-        self._teams(cluster, admin, with_requests=not run.error)
+        # The sample requests' notification e-mails would bury the demo's banner.
+        with override_settings(EMAIL_BACKEND="django.core.mail.backends.dummy.EmailBackend"):
+            self._teams(cluster, admin, with_requests=not run.error)
         self.stdout.write("Demo accounts:")
         self.stdout.write(f"  admin      {DEMO_ADMIN[0]} / {DEMO_ADMIN[1]}   (portal admin)")
         for username, password, team, role in RESEARCHERS:
