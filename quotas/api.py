@@ -37,6 +37,7 @@ from .models import (
 from .serializers import (
     ApproveSerializer,
     AuditEventSerializer,
+    BaselineSerializer,
     CancelSerializer,
     ErrorSerializer,
     GrantSerializer,
@@ -108,6 +109,27 @@ class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedVi
     team_path = "pk"
     ordering_fields = ["name", "slug"]
     ordering = ["name"]
+
+    @extend_schema(
+        request=BaselineSerializer,
+        responses={200: GrantSerializer, 204: None, **_errors},
+        summary="Set a namespace's permanent baseline of one resource (admins; 0 removes it)",
+    )
+    @action(detail=True, methods=["post"])
+    def baseline(self, request, slug=None):
+        team = self.get_object()
+        form = BaselineSerializer(data=request.data, context={"team": team})
+        form.is_valid(raise_exception=True)
+        with domain_errors():
+            grant = services.set_baseline(
+                form.validated_data["namespace"],
+                form.validated_data["resource"],
+                form.validated_data["amount"],
+                request.user,
+            )
+        if grant is None:
+            return Response(status=status.HTTP_204_NO_CONTENT)
+        return Response(GrantSerializer(grant, context={"request": request}).data)
 
 
 @extend_schema_view(

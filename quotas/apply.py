@@ -11,6 +11,7 @@ grants active then, so running an operation twice, or late, changes nothing.
 from __future__ import annotations
 
 import logging
+import time
 from datetime import timedelta
 
 from django.conf import settings
@@ -111,10 +112,11 @@ def run_operation(op_id, *, gateway: KubeGateway | None = None) -> str:
         gw = gateway or KubeGateway(ns.cluster)
         try:
             result = gw.apply_resource_quota(ns.name, settings.QUOTA_NAME, hard, labels=MANAGED_BY)
+            _confirm_spec(result, hard)
+            result = _await_status(gw, ns, result, hard)
         finally:
             if gateway is None:
                 gw.close()
-        _confirm(result, hard)
         record_status(ns, result)
     except KubeError as err:
         return _failed(op, attempt, str(err), permanent=err.permanent)
@@ -130,12 +132,33 @@ def record_status(namespace: TeamNamespace, quota: dict | None) -> None:
     )
 
 
-def _confirm(quota: dict, hard: dict[str, int]) -> None:
-    """The API server must report what we applied in spec.hard (status follows it)."""
-    spec = (quota.get("spec") or {}).get("hard") or {}
-    wrong = {k: spec.get(k) for k, v in hard.items() if str(spec.get(k)) != str(v)}
+def _differences(actual: dict, hard: dict[str, int]) -> dict:
+    return {k: actual.get(k) for k, v in hard.items() if str(actual.get(k)) != str(v)}
+
+
+def _confirm_spec(quota: dict, hard: dict[str, int]) -> None:
+    """The API server must return what we applied in spec.hard."""
+    wrong = _differences((quota.get("spec") or {}).get("hard") or {}, hard)
     if wrong:
         raise KubeError(f"quota read back differs from what was applied: {wrong}")
+
+
+def _await_status(gw: KubeGateway, ns: TeamNamespace, quota: dict, hard: dict[str, int]) -> dict:
+    """Wait (bounded) until the quota controller copies spec.hard to status.hard.
+
+    Only then does admission enforce the new values. A real controller takes a moment;
+    if it takes longer than ``QUOTA_CONFIRM_SECONDS`` the attempt fails as transient and
+    the operation retries later.
+    """
+    deadline = time.monotonic() + settings.QUOTA_CONFIRM_SECONDS
+    while True:
+        wrong = _differences((quota.get("status") or {}).get("hard") or {}, hard)
+        if not wrong:
+            return quota
+        if time.monotonic() >= deadline:
+            raise KubeError(f"status.hard not yet updated by the quota controller: {wrong}")
+        time.sleep(0.25)
+        quota = gw.get_resource_quota(ns.name, settings.QUOTA_NAME) or {}
 
 
 @transaction.atomic

@@ -17,6 +17,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from . import services
+from .capacity import advertised_resources
 from .models import (
     AuditEvent,
     Grant,
@@ -357,3 +358,29 @@ class ErrorSerializer(serializers.Serializer):
     """Every error: ``detail``; validation errors add a list of messages per field."""
 
     detail = serializers.CharField()
+
+
+class BaselineSerializer(serializers.Serializer):
+    namespace = serializers.CharField(help_text="the team namespace's id or name", max_length=63)
+    resource = serializers.CharField(max_length=100)
+    amount = serializers.IntegerField(min_value=0, max_value=100_000)
+
+    def validate_namespace(self, value: str) -> TeamNamespace:
+        team = self.context["team"]
+        qs = TeamNamespace.objects.select_related("cluster", "team").filter(team=team)
+        try:
+            match = qs.filter(pk=uuid.UUID(value))
+        except ValueError:
+            match = qs.filter(name=value)
+        found = list(match[:2])
+        if len(found) != 1:
+            raise serializers.ValidationError(f"No single namespace {value!r} in team {team.slug}.")
+        return found[0]
+
+    def validate(self, attrs: dict) -> dict:
+        cluster = attrs["namespace"].cluster
+        if attrs["resource"] not in advertised_resources(cluster):
+            raise serializers.ValidationError(
+                {"resource": f"Cluster {cluster.slug} does not advertise {attrs['resource']}."}
+            )
+        return attrs

@@ -489,7 +489,7 @@ class SimCluster:
         if rt.name == "resourcequotas":
             new.setdefault("spec", {})
             new["spec"]["hard"] = _validate_hard(new)
-            new["status"] = self._quota_status(new, ns)
+            new["status"] = self._quota_status(new, ns, previous=old)
         if rt.name == "pods" and sub == "status":
             phase = (new.get("status") or {}).get("phase")
             if phase not in (None, "Pending", "Running", "Succeeded", "Failed", "Unknown"):
@@ -731,7 +731,12 @@ class SimCluster:
                 )
 
     # ---------------------------------------------------------------- quota
-    def _quota_status(self, quota_obj: dict[str, Any], ns: str) -> dict[str, Any]:
+    def _quota_status(
+        self, quota_obj: dict[str, Any], ns: str, previous: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        if self.faults.config.quota_controller_paused:
+            # A stalled quota controller: spec changes, status stays as it was.
+            return copy.deepcopy((previous or {}).get("status") or {})
         hard = dict((quota_obj.get("spec") or {}).get("hard") or {})
         infos = [r.info for r in self.store.in_namespace("pods", ns) if r.info is not None]
         counts: dict[str, int] = {}
@@ -747,7 +752,7 @@ class SimCluster:
         with self.store.lock:
             for rec in list(self.store.in_namespace("resourcequotas", ns)):
                 obj = rec.obj()
-                st = self._quota_status(obj, ns)
+                st = self._quota_status(obj, ns, previous=obj)
                 if st != obj.get("status"):
                     obj["status"] = st
                     self.store.put("resourcequotas", obj, "MODIFIED")

@@ -30,6 +30,8 @@ class FaultConfig:
     fail_after: int | None = None
     path_regex: str | None = None
     mig_stuck: bool = False
+    # The quota controller stops copying spec.hard to status.hard (and counting usage).
+    quota_controller_paused: bool = False
 
 
 @dataclass(frozen=True)

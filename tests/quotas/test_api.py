@@ -522,3 +522,27 @@ def test_schema_has_every_quota_path(world, rob):
         assert path in paths, path
     create = r.json()["paths"]["/api/v1/quota-requests/"]["post"]
     assert "201" in create["responses"] and "400" in create["responses"]
+
+
+def test_admin_sets_replaces_and_removes_a_baseline(world, admin, rob, olga):
+    url = "/api/v1/teams/vision/baseline/"
+    r = admin.post(url, {"namespace": "vision-train", "resource": GPU, "amount": 4}, format="json")
+    assert r.status_code == 200 and r.json()["amount"] == 4 and r.json()["kind"] == "baseline"
+    r = admin.post(url, {"namespace": "vision-train", "resource": GPU, "amount": 6}, format="json")
+    assert r.json()["amount"] == 6
+    active = [g for g in rob.get("/api/v1/grants/", {"state": "active"}).json()["results"]]
+    assert [(g["kind"], g["amount"]) for g in active] == [("baseline", 6)]
+    r = admin.post(url, {"namespace": "vision-train", "resource": GPU, "amount": 17}, format="json")
+    assert r.status_code == 400 and "Only 16" in r.json()["amount"][0]
+    r = admin.post(url, {"namespace": "nlp-main", "resource": GPU, "amount": 1}, format="json")
+    assert r.status_code == 400 and "namespace" in r.json()
+    r = admin.post(url, {"namespace": "vision-train", "resource": "nvidia.com/mig-7g.80gb",
+                         "amount": 1}, format="json")  # fmt: skip
+    assert r.status_code == 400 and "resource" in r.json()
+    assert rob.post(url, {"namespace": "vision-train", "resource": GPU, "amount": 1},
+                    format="json").status_code == 403  # fmt: skip
+    assert olga.post(url, {}, format="json").status_code == 404
+    r = admin.post(url, {"namespace": "vision-train", "resource": GPU, "amount": 0}, format="json")
+    assert r.status_code == 204
+    assert rob.get("/api/v1/grants/", {"state": "active"}).json()["count"] == 0
+    assert Operation.objects.filter(reason="baseline").count() == 3

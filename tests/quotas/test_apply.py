@@ -179,3 +179,22 @@ def test_drift_is_reverted_and_a_deleted_quota_recreated(setup):
     run_operation(only_op().pk)
     assert hard(core) == {"requests.nvidia.com/gpu": "3"}
     assert AuditEvent.objects.filter(action="quota.recreated").count() == 1
+
+
+def test_apply_waits_for_the_quota_controller_to_confirm_status_hard(setup, sim, settings):
+    """Admission enforces status.hard; until the controller copies spec.hard there, the
+    apply is not done: it fails as transient and succeeds on a later attempt."""
+    settings.QUOTA_CONFIRM_SECONDS = 0.5
+    sim.faults.update(quota_controller_paused=True)
+    req = approve(setup, amount=4)
+    op = only_op()
+    assert run_operation(op.pk) == "pending"
+    op.refresh_from_db()
+    assert "status.hard not yet updated" in op.last_error
+    req.refresh_from_db()
+    assert req.status == "applying"
+    sim.faults.reset()
+    with time_machine.travel(op.next_attempt_at + timedelta(seconds=1)):
+        assert run_operation(op.pk) == "succeeded"
+    quota = setup["core"].read_namespaced_resource_quota(QUOTA, "vision")
+    assert quota.status.hard == {"requests.nvidia.com/gpu": "4"}
