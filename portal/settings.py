@@ -40,6 +40,8 @@ INSTALLED_APPS = [
     "portal",
     "inventory",
     "quotas",
+    "mig",
+    "nodelabels",
 ]
 
 MIDDLEWARE = [

@@ -27,6 +27,8 @@ api_v1 = [
 
 urlpatterns = [
     path("api/v1/", include((api_v1, "api"), namespace="api")),
+    path("api/v1/", include("mig.api_urls")),
+    path("api/v1/", include("nodelabels.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("healthz", health.healthz, name="healthz"),
@@ -38,5 +40,7 @@ urlpatterns = [
     path("account/", views.account, name="account"),
     path("account/tokens/<uuid:pk>/revoke/", views.revoke_token, name="token-revoke"),
     path("", include("quotas.urls")),
+    path("mig/", include("mig.urls")),
+    path("node-labels/", include("nodelabels.urls")),
     path("", include("inventory.urls")),
 ]
