@@ -34,6 +34,7 @@ from .models import (
     Team,
     TeamNamespace,
 )
+from .scoping import visible_to
 from .serializers import (
     ApproveSerializer,
     AuditEventSerializer,
@@ -47,7 +48,6 @@ from .serializers import (
     QuotaRequestSerializer,
     RejectSerializer,
     TeamSerializer,
-    visible_to,
 )
 
 

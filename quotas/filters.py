@@ -3,7 +3,7 @@
 Team and namespace filters take slugs and names as text rather than choices from a table:
 an unknown or invisible team gives an empty list, never an error that would reveal
 whether another team's slug exists. The querysets they filter are already scoped to the
-caller (``quotas.api.visible_to``).
+caller (``quotas.scoping.visible_to``).
 """
 
 from __future__ import annotations

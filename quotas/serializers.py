@@ -29,24 +29,13 @@ from .models import (
     Team,
     TeamNamespace,
 )
+from .scoping import visible_to
 
 User = get_user_model()
 
 
 def username() -> serializers.SlugRelatedField:
     return serializers.SlugRelatedField(slug_field="username", read_only=True)
-
-
-def visible_to(queryset, user, team_path: str = "team"):
-    """``queryset`` restricted to rows of teams ``user`` belongs to (admins: everything).
-
-    ``team_path`` leads from the model to its Team ("team", "namespace__team", or "pk"
-    for teams themselves). One subquery, so rows are never duplicated.
-    """
-    if user.is_staff:
-        return queryset
-    mine = Team.objects.filter(memberships__user=user).values("pk")
-    return queryset.filter(**{f"{team_path}__in": mine})
 
 
 class EnumField(serializers.ChoiceField):

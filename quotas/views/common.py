@@ -14,29 +14,29 @@ from ..models import (
     QuotaRequest,
     Team,
 )
+from ..scoping import visible_to
 
 # -- scoping ---------------------------------------------------------------------------
 
 
 def visible_teams(user) -> QuerySet[Team]:
-    return Team.objects.all() if user.is_staff else Team.objects.filter(memberships__user=user)
+    return visible_to(Team.objects.all(), user, "pk")
 
 
 def visible_requests(user) -> QuerySet[QuotaRequest]:
     qs = QuotaRequest.objects.select_related(
         "team", "namespace__cluster", "requested_by", "decided_by", "target_grant"
     )
-    return qs if user.is_staff else qs.filter(team__memberships__user=user)
+    return visible_to(qs, user)
 
 
 def visible_grants(user) -> QuerySet[Grant]:
     qs = Grant.objects.select_related("namespace__cluster", "namespace__team")
-    return qs if user.is_staff else qs.filter(namespace__team__memberships__user=user)
+    return visible_to(qs, user, "namespace__team")
 
 
 def visible_audit(user) -> QuerySet[AuditEvent]:
-    qs = AuditEvent.objects.select_related("team")
-    return qs if user.is_staff else qs.filter(team__memberships__user=user)
+    return visible_to(AuditEvent.objects.select_related("team"), user)
 
 
 def _staff_only(user) -> None:
