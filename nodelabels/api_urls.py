@@ -1,3 +1,10 @@
-"""REST routes (filled in by the owner of this module)."""
+"""REST routes under /api/v1/: label sets."""
 
-urlpatterns: list = []
+from rest_framework.routers import SimpleRouter
+
+from .api import LabelSetViewSet
+
+router = SimpleRouter()
+router.register("label-sets", LabelSetViewSet, basename="labelset")
+
+urlpatterns = router.urls

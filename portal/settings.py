@@ -162,6 +162,14 @@ CELERY_BEAT_SCHEDULE = {
         "task": "quotas.tasks.process_grant_windows",
         "schedule": timedelta(seconds=env.int("QUOTA_WINDOW_INTERVAL", default=60)),
     },
+    "nodelabels-redispatch": {
+        "task": "nodelabels.tasks.redispatch_label_operations",
+        "schedule": timedelta(seconds=env.int("NODELABEL_REDISPATCH_INTERVAL", default=15)),
+    },
+    "nodelabels-reconcile": {
+        "task": "nodelabels.tasks.reconcile_node_labels",
+        "schedule": timedelta(seconds=env.int("NODELABEL_RECONCILE_INTERVAL", default=120)),
+    },
     "quotas-reconcile": {
         "task": "quotas.tasks.reconcile_quotas",
         "schedule": timedelta(seconds=env.int("QUOTA_RECONCILE_INTERVAL", default=120)),
