@@ -170,6 +170,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "nodelabels.tasks.reconcile_node_labels",
         "schedule": timedelta(seconds=env.int("NODELABEL_RECONCILE_INTERVAL", default=120)),
     },
+    "mig-redispatch": {
+        "task": "mig.tasks.redispatch_mig_runs",
+        "schedule": timedelta(seconds=env.int("MIG_REDISPATCH_INTERVAL", default=30)),
+    },
     "quotas-reconcile": {
         "task": "quotas.tasks.reconcile_quotas",
         "schedule": timedelta(seconds=env.int("QUOTA_RECONCILE_INTERVAL", default=120)),
@@ -182,6 +186,18 @@ QUOTA_MAX_DURATION_DAYS = env.int("QUOTA_MAX_DURATION_DAYS", default=90)
 QUOTA_REMINDER_DAYS = env.int("QUOTA_REMINDER_DAYS", default=3)
 QUOTA_OPERATION_LEASE_SECONDS = env.int("QUOTA_OPERATION_LEASE_SECONDS", default=300)
 QUOTA_CONFIRM_SECONDS = env.float("QUOTA_CONFIRM_SECONDS", default=5.0)
+# MIG reconfiguration (the coordinator, docs/mig.md).
+MIG_CONFIGMAP_NAME = env.str("MIG_CONFIGMAP_NAME", default="default-mig-parted-config")
+MIG_CONFIGMAP_NAMESPACE = env.str("MIG_CONFIGMAP_NAMESPACE", default="gpu-operator")
+MIG_DRAIN_TIMEOUT_SECONDS = env.float("MIG_DRAIN_TIMEOUT_SECONDS", default=1800)
+MIG_STATE_TIMEOUT_SECONDS = env.float("MIG_STATE_TIMEOUT_SECONDS", default=900)
+MIG_REBOOT_TIMEOUT_SECONDS = env.float("MIG_REBOOT_TIMEOUT_SECONDS", default=1800)
+MIG_POLL_SECONDS = env.float("MIG_POLL_SECONDS", default=5)
+MIG_LEASE_SECONDS = env.float("MIG_LEASE_SECONDS", default=300)
+MIG_REDISPATCH_GRACE_SECONDS = env.float("MIG_REDISPATCH_GRACE_SECONDS", default=30)
+MIG_STEP_MAX_ERRORS = env.int("MIG_STEP_MAX_ERRORS", default=8)
+MIG_UNCORDON_ON_FAILURE = env.bool("MIG_UNCORDON_ON_FAILURE", default=True)
+
 PORTAL_URL = env.str("PORTAL_URL", default="http://127.0.0.1:8000")
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="gpu-portal@localhost")
 

@@ -30,6 +30,10 @@ class FaultConfig:
     fail_after: int | None = None
     path_regex: str | None = None
     mig_stuck: bool = False
+    # The next MIG reconfiguration ends ``failed`` (one-shot: the switch turns itself off).
+    mig_fail: bool = False
+    # Every MIG reconfiguration passes through state ``rebooting`` for a step, then succeeds.
+    mig_reboot: bool = False
     # The quota controller stops copying spec.hard to status.hard (and counting usage).
     quota_controller_paused: bool = False
 
@@ -82,6 +86,16 @@ class Faults:
             self._cfg = FaultConfig()
             self._re = None
             self._matched = 0
+
+    def consume(self, name: str) -> bool:
+        """Read a one-shot boolean switch and turn it off, atomically (e.g. ``mig_fail``)."""
+        with self._lock:
+            if not getattr(self._cfg, name):
+                return False
+            cfg = asdict(self._cfg)
+            cfg[name] = False
+            self._cfg = FaultConfig(**cfg)
+            return True
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:

@@ -6,7 +6,9 @@ one: sets ``mig.config.state=pending``, pauses the GPU operands
 ``nvidia.com/mig-<profile>`` capacity and GFD labels), restores the operands and sets
 ``success``, or ``failed`` for an unknown config or while GPU pods still run on the node
 (mig-manager never evicts workloads). Fault ``mig_stuck`` leaves the state ``pending``
-forever, which is a known failure mode of the real component.
+forever, which is a known failure mode of the real component; ``mig_fail`` makes the next
+reconfiguration end ``failed`` (as a mig-parted error would); ``mig_reboot`` passes through
+state ``rebooting`` for one step before applying (GPUs that need a node reboot).
 """
 
 from __future__ import annotations
@@ -131,7 +133,14 @@ class MigManager:
         self._labels(name, {f"nvidia.com/gpu.deploy.{op}": PAUSED for op in PAUSED_OPERANDS})
         if not self._sleep():
             return
-        error = self._apply(name, config)
+        if self.cluster.faults.config.mig_reboot:
+            self._labels(name, {STATE_LABEL: "rebooting"})
+            if not self._sleep():
+                return
+        if self.cluster.faults.consume("mig_fail"):
+            error: str | None = "simcluster: injected mig-parted failure (fault mig_fail)"
+        else:
+            error = self._apply(name, config)
         restore: dict[str, str | None] = {
             f"nvidia.com/gpu.deploy.{op}": "true" for op in PAUSED_OPERANDS
         }

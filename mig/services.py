@@ -1,0 +1,391 @@
+"""MIG requests: validation, node proposals and the submit / approve / reject / cancel /
+revert transitions.
+
+The REST API, the pages and the admin all call these functions, so each rule lives in one
+place. Every transition is one transaction with an audit event; starting the coordinator
+is queued to run after it commits.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from inventory.models import Cluster, GpuPod, Node
+from quotas import audit
+from quotas.models import Team, TeamNamespace
+from quotas.services import check_may_file, is_manager
+
+from . import catalog, layout, migparted
+from .models import MigRequest, MigStep, TransitionError
+
+JUSTIFICATION_MIN = 10
+JUSTIFICATION_MAX = 2000
+STRATEGIES = ("single", "mixed")
+
+Step = MigStep.Name
+APPLY_STEPS = [Step.CORDON, Step.DRAIN, Step.WRITE_CONFIG, Step.SET_LABEL, Step.WAIT_STATE,
+               Step.UNCORDON, Step.RESYNC, Step.GRANT]  # fmt: skip
+# A revert sets a config the node had before: it is in the ConfigMap or a stock name
+# already, and there is nothing to grant.
+REVERT_STEPS = [Step.CORDON, Step.DRAIN, Step.SET_LABEL, Step.WAIT_STATE, Step.UNCORDON,
+                Step.RESYNC]  # fmt: skip
+
+__all__ = [
+    "MigRequestData", "Proposal", "TransitionError", "approve", "cancel", "mig_nodes",
+    "propose_nodes", "reject", "revert", "submit", "validate",
+]  # fmt: skip
+
+
+# -- nodes and products ------------------------------------------------------------------
+
+
+def product_of(node: Node) -> catalog.Product | None:
+    try:
+        return catalog.resolve_product(node.base_product)
+    except catalog.UnknownProduct:
+        return None
+
+
+def mig_nodes(cluster: Cluster, product: catalog.Product) -> list[Node]:
+    """Present MIG-capable nodes of ``product`` in the cluster."""
+    nodes = Node.objects.present().filter(cluster=cluster, mig_capable=True).order_by("name")
+    return [n for n in nodes if (p := product_of(n)) is not None and p.name == product.name]
+
+
+def node_strategy(node: Node) -> str:
+    """The node's MIG strategy; anything but ``single`` behaves like ``mixed``."""
+    return node.mig_strategy if node.mig_strategy in STRATEGIES else "mixed"
+
+
+def cluster_strategy(nodes: list[Node]) -> str:
+    """The strategy most of these nodes use (validation before a node is chosen)."""
+    counts = Counter(node_strategy(n) for n in nodes)
+    return counts.most_common(1)[0][0] if counts else "mixed"
+
+
+def devices_for(node: Node, gpus: int) -> list[int] | str:
+    """The GPUs a run reconfigures: the first ``gpus`` of the node, or all of them."""
+    return "all" if gpus >= node.gpu_count else list(range(gpus))
+
+
+def config_name_for(req: MigRequest, node: Node) -> str:
+    """The product goes into the name: one ConfigMap serves every product of a cluster."""
+    product = catalog.resolve_product(req.product)
+    return migparted.config_name(req.layout, devices_for(node, req.gpus), product)
+
+
+def layout_errors_on(req: MigRequest, product: catalog.Product, node: Node) -> list[str]:
+    return layout.validate_node_layout(
+        product, req.layout, req.gpus, node_strategy(node), node_gpus=node.gpu_count
+    )
+
+
+# -- validation ------------------------------------------------------------------------
+
+
+@dataclass
+class MigRequestData:
+    team: Team
+    namespace: TeamNamespace
+    product: str
+    layout: dict[str, int]
+    gpus: int
+    justification: str
+    node: Node | None = None
+    resolved: catalog.Product | None = field(default=None, repr=False)
+
+
+def _check_layout(product: catalog.Product, lay: Any, gpus: int, strategy: str) -> list[str]:
+    """Input errors (not an object, unknown profiles, bad counts) alone, else fit errors."""
+    return layout.input_errors(product, lay) or layout.validate_node_layout(
+        product, lay, gpus, strategy
+    )
+
+
+def validate(user, data: MigRequestData) -> MigRequestData:
+    """Check every rule; raise ValidationError with a message per field.
+
+    Normalises ``product`` to the catalog's short name (a GFD label is accepted) and
+    takes it from the node when an admin names one.
+    """
+    errors: dict[str, str] = {}
+    check_may_file(user, data.team)
+    if data.namespace.team_id != data.team.pk:
+        errors["namespace"] = f"Namespace {data.namespace} does not belong to team {data.team}."
+    cluster = data.namespace.cluster
+    node = data.node
+    if node is not None:
+        if not user.is_staff:
+            errors["node"] = "Only admins may ask for a specific node."
+        elif node.cluster_id != cluster.pk or node.gone_at is not None:
+            errors["node"] = f"Node {node.name} is not in cluster {cluster.slug}."
+        elif not node.mig_capable:
+            errors["node"] = f"Node {node.name} is not MIG-capable."
+        if not data.product:
+            data.product = node.base_product
+    product = None
+    try:
+        product = catalog.resolve_product(data.product or "")
+    except catalog.UnknownProduct as exc:
+        errors["product"] = str(exc)
+    gpus_ok = isinstance(data.gpus, int) and not isinstance(data.gpus, bool) and data.gpus > 0
+    if not gpus_ok:
+        errors["gpus"] = "A positive whole number."
+    if product is not None:
+        data.product, data.resolved = product.name, product
+        nodes = [node] if node is not None and "node" not in errors else mig_nodes(cluster, product)
+        if node is not None and "node" not in errors and product_of(node) != product:
+            errors["node"] = f"Node {node.name} has {node.gpu_product}, not {product.name}."
+        elif not nodes:
+            errors["product"] = f"Cluster {cluster.slug} has no MIG-capable {product.name} node."
+        elif gpus_ok:
+            most = max(n.gpu_count for n in nodes)
+            if data.gpus > most:
+                errors["gpus"] = f"A {product.name} node here has at most {most} GPUs."
+            else:
+                problems = _check_layout(product, data.layout, data.gpus, cluster_strategy(nodes))
+                if problems:
+                    errors["layout"] = " ".join(problems)
+    text = (data.justification or "").strip()
+    if len(text) < JUSTIFICATION_MIN:
+        errors["justification"] = f"Say why, in at least {JUSTIFICATION_MIN} characters."
+    elif len(text) > JUSTIFICATION_MAX:
+        errors["justification"] = f"At most {JUSTIFICATION_MAX} characters."
+    data.justification = text
+    if errors:
+        raise ValidationError(errors)
+    return data
+
+
+# -- transitions -----------------------------------------------------------------------
+
+
+def _audit(actor, action: str, req: MigRequest, before: str | None, note: str = "",
+           **after: Any) -> None:  # fmt: skip
+    audit.record(
+        actor, f"mig.{action}", req, team=req.team,
+        before={"status": before} if before else None,
+        after={"status": req.status, **after}, note=note,
+    )  # fmt: skip
+
+
+@transaction.atomic
+def submit(user, data: MigRequestData) -> MigRequest:
+    data = validate(user, data)
+    req = MigRequest.objects.create(
+        team=data.team, namespace=data.namespace, cluster=data.namespace.cluster,
+        product=data.product, layout=data.layout, gpus=data.gpus, requested_node=data.node,
+        justification=data.justification, requested_by=user,
+    )  # fmt: skip
+    _audit(user, "submitted", req, None, layout=req.layout, gpus=req.gpus, product=req.product)
+    return req
+
+
+@dataclass
+class Proposal:
+    """A node the request could run on, and what choosing it would disrupt."""
+
+    node: Node
+    config_name: str
+    in_config: bool  # already in this layout: nothing to disrupt
+    pods: list[GpuPod]  # GPU pods that would be evicted (or waited for)
+
+    @property
+    def idle(self) -> bool:
+        return not self.pods
+
+
+def propose_nodes(req: MigRequest) -> list[Proposal]:
+    """Nodes that can take the request: already in the layout first, then idle, then busy
+    ones (fewest pods first). Nodes too small, with an invalid layout under their
+    strategy, or with another active run are left out."""
+    try:
+        product = catalog.resolve_product(req.product)
+    except catalog.UnknownProduct:
+        return []
+    busy_nodes = set(
+        MigRequest.objects.filter(status__in=MigRequest.ACTIVE)
+        .exclude(pk=req.pk)
+        .values_list("node_id", flat=True)
+    )
+    candidates = [
+        n for n in mig_nodes(req.cluster, product)
+        if n.gpu_count >= req.gpus and n.pk not in busy_nodes
+        and (req.requested_node_id is None or n.pk == req.requested_node_id)
+        and not layout_errors_on(req, product, n)
+    ]  # fmt: skip
+    pods: dict[Any, list[GpuPod]] = {n.pk: [] for n in candidates}
+    for pod in GpuPod.objects.filter(node__in=candidates).order_by("namespace", "name"):
+        pods[pod.node_id].append(pod)
+    proposals = []
+    for n in candidates:
+        name = config_name_for(req, n)
+        in_config = n.mig_config == name and n.mig_config_state == "success"
+        proposals.append(Proposal(n, name, in_config, pods[n.pk]))
+    proposals.sort(key=lambda p: (not p.in_config, len(p.pods), p.node.name))
+    return proposals
+
+
+def _create_steps(req: MigRequest, names: list[str], skip: dict[str, str]) -> None:
+    MigStep.objects.bulk_create(
+        MigStep(request=req, position=i, name=name,
+                status=MigStep.Status.SKIPPED if name in skip else MigStep.Status.PENDING,
+                detail=skip.get(name, ""))
+        for i, name in enumerate(names)
+    )  # fmt: skip
+
+
+def _save_run(req: MigRequest) -> None:
+    """Save an approved run; the partial unique index refuses a second one on the node."""
+    try:
+        with transaction.atomic():
+            req.save()
+    except IntegrityError as exc:
+        if "migrequest_one_active_run_per_node" in str(exc):
+            raise ValidationError(
+                {"node": f"Another MIG run is active on node {req.node.name}; try when it ends."}
+            ) from exc
+        raise
+
+
+def _start(req: MigRequest) -> None:
+    from .coordinator import dispatch
+
+    transaction.on_commit(lambda: dispatch(req.pk))
+
+
+@transaction.atomic
+def approve(req: MigRequest, by, *, node: Node, drain_policy: str, note: str = "") -> MigRequest:
+    """Approve on ``node`` with a drain policy (admins) and start the coordinator."""
+    if not by.is_staff:
+        raise PermissionError("Only portal admins approve MIG requests.")
+    req = MigRequest.objects.select_for_update(of=("self",)).select_related("team").get(pk=req.pk)
+    if req.status != MigRequest.Status.PENDING:
+        raise TransitionError(f"A {req.status} MIG request cannot be approved.")
+    if drain_policy not in MigRequest.DrainPolicy.values:
+        raise ValidationError({"drain_policy": "Choose 'wait' or 'evict'."})
+    product = catalog.resolve_product(req.product)
+    node = Node.objects.select_for_update().get(pk=node.pk)
+    if node.cluster_id != req.cluster_id or node.gone_at is not None or not node.mig_capable:
+        raise ValidationError({"node": f"{node.name} is not a MIG-capable node of this cluster."})
+    if product_of(node) != product:
+        raise ValidationError({"node": f"{node.name} has {node.gpu_product}, not {product.name}."})
+    if node.gpu_count < req.gpus:
+        raise ValidationError({"node": f"{node.name} has only {node.gpu_count} GPUs."})
+    problems = layout_errors_on(req, product, node)
+    if problems:
+        raise ValidationError({"node": f"Layout invalid on {node.name}: " + " ".join(problems)})
+    name = config_name_for(req, node)
+    req.approve(by, node=node, drain_policy=drain_policy, strategy=node_strategy(node),
+                config_name=name, note=(note or "").strip()[:2000])  # fmt: skip
+    _save_run(req)
+    skip = {}
+    if node.mig_config == name and node.mig_config_state == "success":
+        why = f"node already in {name}: nothing to disrupt"
+        skip = {Step.CORDON: why, Step.DRAIN: why}
+    _create_steps(req, APPLY_STEPS, skip)
+    _audit(by, "approved", req, MigRequest.Status.PENDING, note=req.decision_note,
+           node=node.name, drain_policy=drain_policy, config=name)  # fmt: skip
+    _start(req)
+    return req
+
+
+@transaction.atomic
+def reject(req: MigRequest, by, reason: str) -> MigRequest:
+    if not by.is_staff:
+        raise PermissionError("Only portal admins reject MIG requests.")
+    reason = (reason or "").strip()
+    if not reason:
+        raise ValidationError({"reason": "Say why the request is rejected."})
+    req = MigRequest.objects.select_for_update(of=("self",)).select_related("team").get(pk=req.pk)
+    before = req.status
+    req.reject(by, reason[:2000])
+    req.save()
+    _audit(by, "rejected", req, before, note=reason)
+    return req
+
+
+@transaction.atomic
+def cancel(req: MigRequest, by, note: str = "") -> MigRequest:
+    """The requester, a team manager or an admin withdraws a pending request."""
+    req = MigRequest.objects.select_for_update(of=("self",)).select_related("team").get(pk=req.pk)
+    if not (by.is_staff or req.requested_by_id == by.pk or is_manager(by, req.team)):
+        raise PermissionError("Only the requester, a team manager or an admin may cancel.")
+    before = req.status
+    req.cancel()
+    req.save()
+    _audit(by, "cancelled", req, before, note=note)
+    return req
+
+
+@transaction.atomic
+def revert(req: MigRequest, by) -> MigRequest:
+    """Put the node of a failed run back to its previous config, through the coordinator.
+
+    Returns the new revert run (a MigRequest of kind ``revert``, approved at once).
+    """
+    if not by.is_staff:
+        raise PermissionError("Only portal admins revert MIG runs.")
+    req = (
+        MigRequest.objects.select_for_update(of=("self",))
+        .select_related("team", "node")
+        .get(pk=req.pk)
+    )
+    if not req.can_revert:
+        raise TransitionError("Only a failed run that changed the node's config can be reverted.")
+    active = (MigRequest.Status.APPROVED, MigRequest.Status.RUNNING, MigRequest.Status.SUCCEEDED)
+    if req.reverted_by.filter(status__in=active).exists():
+        raise TransitionError("This run is already reverted (or its revert is running).")
+    now = timezone.now()
+    run = MigRequest(
+        kind=MigRequest.Kind.REVERT, reverts=req, team=req.team, namespace=req.namespace,
+        cluster=req.cluster, product=req.product, layout={}, gpus=req.gpus,
+        justification=f"Revert of failed MIG run {req.pk}", requested_by=by,
+        status=MigRequest.Status.APPROVED, decided_by=by, decided_at=now,
+        drain_policy=req.drain_policy, node=req.node, strategy=req.strategy,
+        config_name=req.previous_config, previous_config=req.config_name,
+    )  # fmt: skip
+    _save_run(run)
+    _create_steps(run, REVERT_STEPS, {})
+    _audit(by, "revert_started", run, None, node=req.node.name, config=run.config_name,
+           reverts=str(req.pk))  # fmt: skip
+    _start(run)
+    return run
+
+
+def alert_admins(req: MigRequest) -> None:
+    """E-mail staff about a failed run (after commit; mail trouble never fails the run)."""
+    from django.conf import settings
+    from django.core.mail import send_mail
+
+    emails = list(
+        get_user_model().objects.filter(is_staff=True, is_active=True)
+        .exclude(email="").values_list("email", flat=True)
+    )  # fmt: skip
+    if not emails:
+        return
+    node = req.node.name if req.node else "?"
+    subject = f"[GPU portal] MIG reconfiguration of {node} failed"
+    body = (
+        f"The MIG run {req.pk} ({req.layout_text} on {req.gpus} GPU(s) of {node}, config "
+        f"{req.config_name}) failed:\n\n{req.error}\n\nThe node was uncordoned where the "
+        f"portal had cordoned it. Its previous config was {req.previous_config or '?'}; "
+        "an admin can revert to it from the request's page or the API.\n"
+    )
+
+    def deliver() -> None:
+        try:
+            send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, emails)
+        except Exception:  # an alert must not break the coordinator
+            import logging
+
+            logging.getLogger(__name__).exception("could not e-mail the MIG failure alert")
+
+    transaction.on_commit(deliver)

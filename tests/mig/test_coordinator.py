@@ -1,0 +1,348 @@
+"""The MIG coordinator end to end against the simulated cluster and its mig-manager.
+
+Runs are driven synchronously with ``coordinator.advance`` (as the Celery task would, one
+step per call) except in the crash test, which uses real workers and kills one.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import pytest
+import yaml
+from django.core import mail
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from inventory.models import Node, NodeResource
+from inventory.sync import sync_cluster
+from mig import coordinator, services
+from mig.models import MigRequest, MigStep
+from quotas.apply import run_operation
+from quotas.models import AuditEvent, Grant, Operation
+from tests.conftest import kill, wait_for
+from tests.quotas.builders import make_namespace, make_team, make_user
+
+A100 = {"product": "NVIDIA-A100-SXM4-80GB", "count": 8, "mig": {"strategy": "mixed",
+        "config": "all-disabled"}}  # fmt: skip
+FOREIGN = {"version": "v1", "mig-configs": {"site-custom": [
+    {"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}]}}  # fmt: skip
+FLEET = {
+    "nodes": [{"name": "a100-{i:02d}", "count": 2, "cpu": 64, "memory": "512Gi", "gpu": A100}],
+    "namespaces": [{"name": "gpu-operator"}, {"name": "ml-vision"}],
+    "configmaps": [{"name": "default-mig-parted-config", "namespace": "gpu-operator",
+                    "data": {"config.yaml": yaml.safe_dump(FOREIGN)}}],
+}  # fmt: skip
+LAYOUT = {"3g.40gb": 2}
+CONFIG = "portal-a100-80gb-3g.40gbx2-d0-1"
+
+
+def _start_sim(tmp_path, step_s: float):
+    from simcluster import SimCluster
+
+    sim = SimCluster.from_fleet(FLEET, mig_step_s=step_s)
+    sim.start(host="127.0.0.1", port=0)
+    sim.kubeconfig_path = tmp_path / "kubeconfig"
+    sim.write_kubeconfig(sim.kubeconfig_path)
+    return sim
+
+
+@pytest.fixture
+def mig_sim(tmp_path):
+    """Two MIG-capable A100 nodes (mixed, all-disabled) and a fast mig-manager."""
+    sim = _start_sim(tmp_path, 0.05)
+    yield sim
+    sim.stop()
+
+
+@pytest.fixture
+def core(mig_sim):
+    from kubernetes import client, config
+
+    api_client = config.new_client_from_config(config_file=str(mig_sim.kubeconfig_path))
+    yield client.CoreV1Api(api_client)
+    api_client.close()
+
+
+@pytest.fixture
+def world(mig_sim, settings):
+    """Cluster synced into inventory; a team with a namespace; an admin and a member."""
+    from inventory.models import Cluster
+
+    settings.MIG_POLL_SECONDS = 0.02
+    cluster = Cluster.objects.create(
+        slug="sim", name="Simulated", auth_method=Cluster.AuthMethod.KUBECONFIG,
+        kubeconfig_path=str(mig_sim.kubeconfig_path),
+    )  # fmt: skip
+    sync_cluster(cluster)
+    admin = make_user("ada", staff=True)
+    member = make_user("mo")
+    team = make_team("vision", members=[member])
+    ns = make_namespace(team, cluster, "ml-vision")
+    return type("World", (), {"cluster": cluster, "admin": admin, "member": member,
+                              "team": team, "ns": ns})  # fmt: skip
+
+
+def _request(w, layout=LAYOUT, gpus=2) -> MigRequest:
+    data = services.MigRequestData(
+        team=w.team, namespace=w.ns, product="NVIDIA-A100-SXM4-80GB", layout=layout,
+        gpus=gpus, justification="Inference fleet needs half-GPU slices.",
+    )  # fmt: skip
+    return services.submit(w.member, data)
+
+
+def _node(w, name: str = "a100-00") -> Node:
+    return Node.objects.get(cluster=w.cluster, name=name)
+
+
+def _approve(w, req, node="a100-00", policy="evict") -> MigRequest:
+    return services.approve(req, w.admin, node=_node(w, node), drain_policy=policy)
+
+
+def _run(req: MigRequest, timeout: float = 15.0) -> MigRequest:
+    """Advance step by step, as the re-enqueuing task would, until the run ends."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = coordinator.advance(req.pk)
+        if result in ("succeeded", "failed"):
+            break
+        if result == "waiting":
+            time.sleep(0.02)
+    req.refresh_from_db()
+    return req
+
+
+def _gpu_pod(core, name: str, node: str, labels=None) -> None:
+    core.create_namespaced_pod("ml-vision", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels or {}},
+        "spec": {"nodeName": node, "containers": [{"name": "main", "image": "cuda", "resources": {
+            "requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}]},
+    })  # fmt: skip
+
+
+def _steps(req: MigRequest) -> dict[str, str]:
+    return dict(req.steps.order_by("position").values_list("name", "status"))
+
+
+pytestmark = pytest.mark.django_db
+
+
+def test_success_switches_capacity_and_grants_mig_quota(world, core, mig_sim):
+    w = world
+    _gpu_pod(core, "old-train", "a100-00")
+    sync_cluster(w.cluster)
+    req = _request(w)
+    proposals = services.propose_nodes(req)
+    assert [p.node.name for p in proposals] == ["a100-01", "a100-00"]  # idle first
+    assert [pod.name for pod in proposals[1].pods] == ["old-train"]
+    req = _run(_approve(w, req))
+
+    assert req.status == MigRequest.Status.SUCCEEDED, req.error
+    assert set(_steps(req).values()) == {"done"}
+    assert req.config_name == CONFIG and req.previous_config == "all-disabled"
+    node = core.read_node("a100-00")
+    assert node.metadata.labels["nvidia.com/mig.config"] == CONFIG
+    assert node.metadata.labels["nvidia.com/mig.config.state"] == "success"
+    assert not node.spec.unschedulable
+    assert node.status.capacity["nvidia.com/mig-3g.40gb"] == "4"
+    assert node.status.capacity["nvidia.com/gpu"] == "6"
+    assert core.list_namespaced_pod("ml-vision").items == []  # evicted
+    # The ConfigMap kept the configs the portal does not own.
+    cm = core.read_namespaced_config_map("default-mig-parted-config", "gpu-operator")
+    configs = yaml.safe_load(cm.data["config.yaml"])["mig-configs"]
+    assert set(configs) == {"site-custom", CONFIG}
+    # Inventory resynced, then the MIG slices granted and the quota applied.
+    res = NodeResource.objects.get(node__name="a100-00", resource="nvidia.com/mig-3g.40gb")
+    assert res.capacity == 4
+    assert req.granted == {"nvidia.com/mig-3g.40gb": 4}
+    grant = Grant.objects.get(namespace=w.ns)
+    assert (grant.resource, grant.amount, grant.ends_at) == ("nvidia.com/mig-3g.40gb", 4, None)
+    op = Operation.objects.get(namespace=w.ns, reason="mig")
+    assert run_operation(op.pk) == "succeeded"
+    quota = core.read_namespaced_resource_quota("gpu-portal-quota", "ml-vision")
+    assert quota.spec.hard["requests.nvidia.com/mig-3g.40gb"] == "4"
+    actions = set(AuditEvent.objects.values_list("action", flat=True))
+    assert {"mig.submitted", "mig.approved", "mig.granted", "mig.succeeded"} <= actions
+
+
+def test_node_already_in_config_is_not_disrupted(world, core):
+    w = world
+    first = _run(_approve(w, _request(w)))
+    assert first.status == "succeeded"
+    sync_cluster(w.cluster)
+    req = _request(w)
+    assert services.propose_nodes(req)[0].in_config
+    req = _run(_approve(w, req))
+    assert req.status == "succeeded"
+    assert _steps(req)["cordon"] == _steps(req)["drain"] == "skipped"
+    assert Grant.objects.filter(namespace=w.ns).count() == 2
+
+
+def test_mig_manager_failure_uncordons_alerts_and_can_be_reverted(world, core, mig_sim, on_commit):
+    w = world
+    mig_sim.faults.update(mig_fail=True)
+    with on_commit(execute=True):
+        req = _run(_approve(w, _request(w)))
+    assert req.status == MigRequest.Status.FAILED
+    assert "failed" in req.error and "uncordoned" in req.error
+    assert _steps(req)["wait_state"] == "failed"
+    assert _steps(req)["grant"] == "skipped"
+    assert not core.read_node("a100-00").spec.unschedulable
+    assert req.previous_config == "all-disabled" and req.can_revert
+    assert not Grant.objects.filter(namespace=w.ns).exists()
+    assert AuditEvent.objects.filter(action="mig.failed").exists()
+    assert len(mail.outbox) == 1 and "a100-00" in mail.outbox[0].subject
+    assert mail.outbox[0].to == ["ada@example.com"]
+
+    revert = _run(services.revert(req, w.admin))
+    assert revert.status == "succeeded" and revert.kind == "revert"
+    labels = core.read_node("a100-00").metadata.labels
+    assert labels["nvidia.com/mig.config"] == "all-disabled"
+    assert labels["nvidia.com/mig.config.state"] == "success"
+    with pytest.raises(services.TransitionError):
+        services.revert(req, w.admin)
+
+
+def test_stuck_pending_hits_the_portal_timeout(world, core, mig_sim, settings):
+    w = world
+    settings.MIG_STATE_TIMEOUT_SECONDS = 0.5
+    mig_sim.faults.update(mig_stuck=True)
+    req = _run(_approve(w, _request(w)))
+    assert req.status == "failed"
+    assert "pending" in req.error and "stuck" in req.error
+    assert core.read_node("a100-00").metadata.labels["nvidia.com/mig.config.state"] == "pending"
+    assert not core.read_node("a100-00").spec.unschedulable
+
+
+def test_rebooting_is_tolerated(world, core, mig_sim):
+    w = world
+    mig_sim.faults.update(mig_reboot=True)
+    mig_sim.mig.step_s = 0.3  # long enough for a poll to see "rebooting"
+    req = _run(_approve(w, _request(w)))
+    assert req.status == "succeeded", req.error
+    assert req.steps.get(name="wait_state").data.get("rebooting") is True
+    assert core.read_node("a100-00").status.capacity["nvidia.com/mig-3g.40gb"] == "4"
+
+
+def test_eviction_blocked_by_pdb_fails_after_drain_timeout(world, core, mig_sim, settings):
+    from kubernetes import client, config
+
+    w = world
+    settings.MIG_DRAIN_TIMEOUT_SECONDS = 0.5
+    _gpu_pod(core, "serve-0", "a100-00", labels={"app": "serve"})
+    api_client = config.new_client_from_config(config_file=str(mig_sim.kubeconfig_path))
+    client.PolicyV1Api(api_client).create_namespaced_pod_disruption_budget("ml-vision", {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "serve"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "serve"}}},
+    })  # fmt: skip
+    api_client.close()
+    req = _run(_approve(w, _request(w)))
+    assert req.status == "failed"
+    assert "PodDisruptionBudget" in req.error and "ml-vision/serve-0" in req.error
+    assert _steps(req)["drain"] == "failed" and _steps(req)["set_label"] == "skipped"
+    assert core.read_namespaced_pod("serve-0", "ml-vision").metadata.name == "serve-0"
+    node = core.read_node("a100-00")
+    assert not node.spec.unschedulable
+    assert node.metadata.labels["nvidia.com/mig.config"] == "all-disabled"
+    assert not req.can_revert  # the config label was never touched
+
+
+def test_wait_policy_waits_for_the_pods_to_finish(world, core, settings):
+    w = world
+    _gpu_pod(core, "train", "a100-00")
+    req = _approve(w, _request(w), policy="wait")
+    for _ in range(3):
+        coordinator.advance(req.pk)
+    assert req.steps.get(name="drain").status == "running"
+    assert "train" in req.steps.get(name="drain").detail
+    core.delete_namespaced_pod("train", "ml-vision")
+    req = _run(req)
+    assert req.status == "succeeded", req.error
+    assert req.steps.get(name="drain").detail == "no GPU pods on the node"
+
+
+def test_wait_policy_times_out(world, core, settings):
+    w = world
+    settings.MIG_DRAIN_TIMEOUT_SECONDS = 0.3
+    _gpu_pod(core, "train", "a100-00")
+    req = _run(_approve(w, _request(w), policy="wait"))
+    assert req.status == "failed" and "still on the node" in req.error
+    assert core.read_namespaced_pod("train", "ml-vision")  # never evicted
+
+
+def test_two_requests_for_one_node_never_run_together(world, core):
+    w = world
+    first = _approve(w, _request(w))
+    second = _request(w)
+    with pytest.raises(ValidationError) as exc:
+        _approve(w, second)
+    assert "Another MIG run is active" in str(exc.value)
+    assert "a100-00" not in [p.node.name for p in services.propose_nodes(second)]
+    # The database refuses it even when the check is bypassed.
+    with pytest.raises(IntegrityError), transaction.atomic():
+        MigRequest.objects.filter(pk=second.pk).update(
+            status="approved", node=_node(w), drain_policy="evict", config_name=CONFIG
+        )
+    # A run held by one worker is not advanced by another.
+    MigRequest.objects.filter(pk=first.pk).update(lease_until=timezone.now() + timedelta(minutes=1))
+    assert coordinator.advance(first.pk) == "busy"
+    MigRequest.objects.filter(pk=first.pk).update(lease_until=None)
+    assert _run(first).status == "succeeded"
+    # Once the first run ended, the node takes the second.
+    assert _run(_approve(w, second)).status == "succeeded"
+
+
+def test_redispatch_picks_up_only_overdue_unheld_runs(world, settings, monkeypatch):
+    w = world
+    settings.MIG_REDISPATCH_GRACE_SECONDS = 0
+    sent = []
+    monkeypatch.setattr(coordinator, "dispatch", lambda pk, countdown=0: sent.append(pk))
+    req = _approve(w, _request(w))
+    assert coordinator.redispatch_due() == 1 and sent == [req.pk]
+    MigRequest.objects.filter(pk=req.pk).update(lease_until=timezone.now() + timedelta(minutes=1))
+    assert coordinator.redispatch_due() == 0  # a held run is left alone
+
+
+@pytest.mark.django_db(transaction=True)
+def test_worker_killed_between_steps_second_worker_finishes(tmp_path, start_worker, settings):
+    from inventory.models import Cluster
+
+    sim = _start_sim(tmp_path, 0.6)  # slow mig-manager: time to kill mid-run
+    try:
+        cluster = Cluster.objects.create(
+            slug="sim", name="Simulated", auth_method=Cluster.AuthMethod.KUBECONFIG,
+            kubeconfig_path=str(sim.kubeconfig_path),
+        )  # fmt: skip
+        sync_cluster(cluster)
+        admin = make_user("ada", staff=True)
+        member = make_user("mo")
+        team = make_team("vision", members=[member])
+        w = type("W", (), {"cluster": cluster, "admin": admin, "member": member, "team": team,
+                           "ns": make_namespace(team, cluster, "ml-vision")})  # fmt: skip
+        env = {"MIG_POLL_SECONDS": "0.2", "MIG_LEASE_SECONDS": "2"}
+        first = start_worker(**env)
+        req = _approve(w, _request(w))  # dispatched on commit to the first worker
+        wait_for(lambda: req.steps.filter(name="set_label", status="done").exists(), 20)
+        kill(first)
+        req.refresh_from_db()
+        assert req.status == MigRequest.Status.RUNNING
+        second = start_worker(**env)
+        settings.MIG_REDISPATCH_GRACE_SECONDS = 0
+
+        def finished() -> bool:
+            coordinator.redispatch_due()
+            return MigRequest.objects.get(pk=req.pk).status in MigRequest.TERMINAL
+
+        wait_for(finished, 30, interval=0.5)
+        req.refresh_from_db()
+        assert req.status == "succeeded", req.error
+        assert set(req.steps.values_list("status", flat=True)) == {"done"}
+        assert Grant.objects.get(namespace=w.ns).amount == 4
+        steps = {s.name: s for s in req.steps.all()}
+        assert all(s.started_at and s.finished_at for s in steps.values())
+        assert MigStep.objects.filter(request=req, attempts=0).count() == 0
+        assert b"mig.tasks.advance_run" in second.log_path.read_bytes()
+    finally:
+        sim.stop()
