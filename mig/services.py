@@ -8,6 +8,7 @@ is queued to run after it commits.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,9 +18,10 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from inventory.models import Cluster, GpuPod, Node
+from inventory.models import GPU_RESOURCE, Cluster, GpuPod, Node, NodeResource
 from quotas import audit
-from quotas.models import Team, TeamNamespace
+from quotas.capacity import headroom
+from quotas.models import CapacityLock, Team, TeamNamespace
 from quotas.services import check_may_file, is_manager
 
 from . import catalog, layout, migparted
@@ -261,6 +263,33 @@ def _start(req: MigRequest) -> None:
     transaction.on_commit(lambda: dispatch(req.pk))
 
 
+def _check_whole_gpu_capacity(req: MigRequest, node: Node) -> None:
+    """Refuse to turn whole GPUs into MIG slices that grants still count on.
+
+    After the run the node advertises fewer ``nvidia.com/gpu``; if the grants of the
+    cluster reserve more than the smaller pool allows, quotas would promise GPUs that no
+    longer exist. Locks the pool like a quota approval does.
+    """
+    row = NodeResource.objects.filter(node=node, resource=GPU_RESOURCE).first()
+    converted = min(req.gpus, row.allocatable if row else 0)
+    if not converted:
+        return
+    lock, _ = CapacityLock.objects.get_or_create(cluster=node.cluster, resource=GPU_RESOURCE)
+    CapacityLock.objects.select_for_update().get(pk=lock.pk)
+    room = headroom(node.cluster, GPU_RESOURCE, timezone.now(), None)
+    left = math.floor((room.allocatable - converted) * room.ratio)
+    if room.reserved > left:
+        raise ValidationError(
+            {
+                "node": (
+                    f"Turning {converted} whole GPUs of {node.name} into MIG slices leaves "
+                    f"{left} {GPU_RESOURCE} on {node.cluster.slug} for the {room.reserved} "
+                    "that grants reserve; end or shrink whole-GPU grants first."
+                )
+            }
+        )
+
+
 @transaction.atomic
 def approve(req: MigRequest, by, *, node: Node, drain_policy: str, note: str = "") -> MigRequest:
     """Approve on ``node`` with a drain policy (admins) and start the coordinator."""
@@ -282,6 +311,7 @@ def approve(req: MigRequest, by, *, node: Node, drain_policy: str, note: str = "
     problems = layout_errors_on(req, product, node)
     if problems:
         raise ValidationError({"node": f"Layout invalid on {node.name}: " + " ".join(problems)})
+    _check_whole_gpu_capacity(req, node)
     name = config_name_for(req, node)
     req.approve(by, node=node, drain_policy=drain_policy, strategy=node_strategy(node),
                 config_name=name, note=(note or "").strip()[:2000])  # fmt: skip

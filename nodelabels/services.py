@@ -32,9 +32,6 @@ from .models import LabelOperation, LabelSet, NodeLabelState
 
 log = logging.getLogger(__name__)
 
-# Beyond this many nodes to check in one cluster, the drift check lists nodes in pages
-# instead of reading them one by one.
-GET_NODE_LIMIT = 50
 EDITABLE = ("cluster", "name", "description", "labels", "node_names", "gpu_product", "enabled")
 
 
@@ -477,7 +474,7 @@ def _read_labels(gw: KubeGateway, names: set[str]) -> dict[str, dict[str, str]]:
     copy): one GET per node, or a paged LIST when there are many. Nodes that no longer
     exist are left out."""
     out: dict[str, dict[str, str]] = {}
-    if len(names) > GET_NODE_LIMIT:
+    if len(names) > settings.NODELABEL_GET_NODE_LIMIT:
         for page in gw.list_pages("nodes"):
             for item in page.items:
                 name = (item.get("metadata") or {}).get("name")

@@ -186,6 +186,10 @@ QUOTA_MAX_DURATION_DAYS = env.int("QUOTA_MAX_DURATION_DAYS", default=90)
 QUOTA_REMINDER_DAYS = env.int("QUOTA_REMINDER_DAYS", default=3)
 QUOTA_OPERATION_LEASE_SECONDS = env.int("QUOTA_OPERATION_LEASE_SECONDS", default=300)
 QUOTA_CONFIRM_SECONDS = env.float("QUOTA_CONFIRM_SECONDS", default=5.0)
+# Node label drift checks read managed nodes one by one up to this many per cluster,
+# and with one paged list of all nodes above it.
+NODELABEL_GET_NODE_LIMIT = env.int("NODELABEL_GET_NODE_LIMIT", default=50)
+
 # MIG reconfiguration (the coordinator, docs/mig.md).
 MIG_CONFIGMAP_NAME = env.str("MIG_CONFIGMAP_NAME", default="default-mig-parted-config")
 MIG_CONFIGMAP_NAMESPACE = env.str("MIG_CONFIGMAP_NAMESPACE", default="gpu-operator")

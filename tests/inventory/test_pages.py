@@ -396,23 +396,34 @@ def test_unknown_cluster_is_404(as_researcher):
     assert as_researcher.get(reverse("inventory:cluster", args=["nope"])).status_code == 404
 
 
-def test_sync_now_is_staff_only_and_post_only(as_researcher, monkeypatch):
-    from inventory import tasks
+def queued_tasks() -> list[dict]:
+    """Task messages waiting in the (real, test) Redis broker's default queue."""
+    import json
 
-    calls = []
-    monkeypatch.setattr(tasks.sync_cluster_task, "delay", lambda *a: calls.append(a))
+    import redis
+    from django.conf import settings
+
+    raw = redis.Redis.from_url(settings.REDIS_URL).lrange("celery", 0, -1)
+    return [json.loads(m)["headers"] for m in raw]
+
+
+@pytest.fixture
+def empty_queue():
+    import redis
+    from django.conf import settings
+
+    redis.Redis.from_url(settings.REDIS_URL).delete("celery")
+
+
+def test_sync_now_is_staff_only_and_post_only(as_researcher, empty_queue):
     synced(slug="prod")
     url = reverse("inventory:cluster-sync", args=["prod"])
     assert as_researcher.get(url).status_code == 405
     assert as_researcher.post(url).status_code == 403
-    assert calls == []
+    assert queued_tasks() == []
 
 
-def test_sync_now_enqueues_for_staff(as_admin, monkeypatch):
-    from inventory import tasks
-
-    calls = []
-    monkeypatch.setattr(tasks.sync_cluster_task, "delay", lambda *a: calls.append(a))
+def test_sync_now_enqueues_for_staff(as_admin, empty_queue):
     cluster = synced(slug="prod", name="Prod")
 
     page = as_admin.get(reverse("inventory:cluster", args=["prod"]))
@@ -422,7 +433,9 @@ def test_sync_now_enqueues_for_staff(as_admin, monkeypatch):
     assert as_admin.get(url).status_code == 405
     response = as_admin.post(url, follow=True)
     assert response.redirect_chain == [(reverse("inventory:cluster", args=["prod"]), 302)]
-    assert calls == [(str(cluster.pk), "manual")]
+    (task,) = queued_tasks()
+    assert task["task"] == "inventory.tasks.sync_cluster_task"
+    assert task["argsrepr"] == repr((str(cluster.pk), "manual"))
     assert "Sync of Prod queued" in response.content.decode()
 
 

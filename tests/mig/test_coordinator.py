@@ -294,13 +294,16 @@ def test_two_requests_for_one_node_never_run_together(world, core):
     assert _run(_approve(w, second)).status == "succeeded"
 
 
-def test_redispatch_picks_up_only_overdue_unheld_runs(world, settings, monkeypatch):
+def test_redispatch_picks_up_only_overdue_unheld_runs(world, settings):
+    import redis
+
     w = world
     settings.MIG_REDISPATCH_GRACE_SECONDS = 0
-    sent = []
-    monkeypatch.setattr(coordinator, "dispatch", lambda pk, countdown=0: sent.append(pk))
-    req = _approve(w, _request(w))
-    assert coordinator.redispatch_due() == 1 and sent == [req.pk]
+    broker = redis.Redis.from_url(settings.REDIS_URL)
+    req = _approve(w, _request(w))  # no worker here: the message waits in the queue
+    queued = broker.llen("celery")
+    assert coordinator.redispatch_due() == 1
+    assert broker.llen("celery") == queued + 1
     MigRequest.objects.filter(pk=req.pk).update(lease_until=timezone.now() + timedelta(minutes=1))
     assert coordinator.redispatch_due() == 0  # a held run is left alone
 
@@ -346,3 +349,19 @@ def test_worker_killed_between_steps_second_worker_finishes(tmp_path, start_work
         assert b"mig.tasks.advance_run" in second.log_path.read_bytes()
     finally:
         sim.stop()
+
+
+def test_approval_refuses_to_convert_gpus_that_grants_count_on(world):
+    from quotas.capacity import allocatable
+    from tests.quotas.builders import make_grant
+
+    w = world
+    total = allocatable(w.cluster, "nvidia.com/gpu")
+    grant = make_grant(w.ns, total - 1)  # whole GPUs promised to the team
+    with pytest.raises(ValidationError) as err:
+        _approve(w, _request(w, gpus=2))
+    message = err.value.message_dict["node"][0]
+    assert f"leaves {total - 2} nvidia.com/gpu" in message and f"the {total - 1} that" in message
+    grant.amount = total - 2
+    grant.save()
+    assert _approve(w, _request(w, gpus=2)).status == "approved"

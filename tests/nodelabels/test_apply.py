@@ -139,8 +139,8 @@ def test_drift_is_reverted_and_audited(fleet, sim_api, admin_user):
     assert NodeLabelState.objects.get(node_name="gpu-a0").checked_at is not None
 
 
-def test_drift_check_by_paged_list(fleet, sim_api, admin_user, monkeypatch):
-    monkeypatch.setattr(services, "GET_NODE_LIMIT", 0)
+def test_drift_check_by_paged_list(fleet, sim_api, admin_user, settings):
+    settings.NODELABEL_GET_NODE_LIMIT = 0
     make_set(admin_user, fleet)
     run_pending()
     sim_api.patch_node("gpu-a0", {"metadata": {"labels": {TYPE: None}}})
