@@ -42,6 +42,7 @@ INSTALLED_APPS = [
     "quotas",
     "mig",
     "nodelabels",
+    "telemetry",
 ]
 
 MIDDLEWARE = [

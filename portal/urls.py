@@ -29,6 +29,7 @@ urlpatterns = [
     path("api/v1/", include((api_v1, "api"), namespace="api")),
     path("api/v1/", include("mig.api_urls")),
     path("api/v1/", include("nodelabels.api_urls")),
+    path("api/v1/", include("telemetry.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("healthz", health.healthz, name="healthz"),
@@ -42,5 +43,6 @@ urlpatterns = [
     path("", include("quotas.urls")),
     path("mig/", include("mig.urls")),
     path("node-labels/", include("nodelabels.urls")),
+    path("telemetry/", include("telemetry.urls")),
     path("", include("inventory.urls")),
 ]

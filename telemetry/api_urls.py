@@ -1,0 +1,3 @@
+"""REST routes (filled in by the owner of this module)."""
+
+urlpatterns: list = []

@@ -1,0 +1,4 @@
+"""Pages (filled in by the owner of this module)."""
+
+app_name = "telemetry"
+urlpatterns: list = []
