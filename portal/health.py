@@ -7,7 +7,7 @@ import time
 import redis
 from django.conf import settings
 from django.db import connection
-from django.db.models import Sum
+from django.db.models import Count, Sum
 from django.http import HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
@@ -113,8 +113,52 @@ class InventoryCollector:
         yield from families.values()
 
 
+class QuotaCollector:
+    """Quota and workflow gauges: what teams are granted and use, and what is stuck."""
+
+    def collect(self):
+        from quotas.models import Operation, QuotaRequest, TeamNamespace
+
+        hard = GaugeMetricFamily(
+            "portal_quota_hard",
+            "Managed ResourceQuota status.hard, as last read from the cluster",
+            labels=["team", "cluster", "namespace", "resource"],
+        )
+        used = GaugeMetricFamily(
+            "portal_quota_used",
+            "Managed ResourceQuota status.used, as last read from the cluster",
+            labels=["team", "cluster", "namespace", "resource"],
+        )
+        rows = TeamNamespace.objects.select_related("team", "cluster").exclude(quota_status={})
+        for ns in rows:
+            base = [ns.team.slug, ns.cluster.slug, ns.name]
+            for key, value in (ns.quota_status.get("hard") or {}).items():
+                hard.add_metric([*base, key.removeprefix("requests.")], float(value))
+            for key, value in (ns.quota_status.get("used") or {}).items():
+                used.add_metric([*base, key.removeprefix("requests.")], float(value))
+        yield hard
+        yield used
+        pending = GaugeMetricFamily(
+            "portal_quota_requests_pending", "Quota requests waiting for an admin"
+        )
+        pending.add_metric([], QuotaRequest.objects.filter(status="pending").count())
+        yield pending
+        ops = GaugeMetricFamily(
+            "portal_operations", "Quota apply operations by status", labels=["status"]
+        )
+        counts = dict(
+            Operation.objects.exclude(status=Operation.Status.SUCCEEDED)
+            .values_list("status")
+            .annotate(n=Count("id"))
+        )
+        for status in ("pending", "running", "failed"):
+            ops.add_metric([status], counts.get(status, 0))
+        yield ops
+
+
 REGISTRY = CollectorRegistry(auto_describe=False)
 REGISTRY.register(InventoryCollector())
+REGISTRY.register(QuotaCollector())
 
 
 @never_cache

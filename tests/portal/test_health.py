@@ -52,3 +52,29 @@ def test_metrics_exposes_capacity_and_sync_age(client):
     assert f"portal_gpu_requested{{{labels}}} 4.0" in text
     assert 'portal_cluster_stale{cluster="prod"} 0.0' in text
     assert 'portal_cluster_sync_age_seconds{cluster="prod"}' in text
+
+
+def test_metrics_expose_quota_and_workflow_gauges(client):
+    from quotas.models import Operation, QuotaRequest
+    from tests.quotas.builders import make_namespace, make_team, make_user
+
+    c = make_cluster("prod")
+    make_node(c, "a", resources={"nvidia.com/gpu": (8, 8, 0)})
+    ns = make_namespace(make_team("vision"), c, "ml-vision")
+    ns.quota_status = {
+        "hard": {"requests.nvidia.com/gpu": "6"},
+        "used": {"requests.nvidia.com/gpu": "4"},
+    }
+    ns.save()
+    QuotaRequest.objects.create(
+        team=ns.team, namespace=ns, resource="nvidia.com/gpu", amount=1,
+        starts_at=timezone.now(), justification="x" * 20, requested_by=make_user("al"),
+    )  # fmt: skip
+    Operation.objects.create(namespace=ns, reason="approval", status="failed")
+    text = client.get("/metrics").content.decode()
+    labels = 'cluster="prod",namespace="ml-vision",resource="nvidia.com/gpu",team="vision"'
+    assert f"portal_quota_hard{{{labels}}} 6.0" in text
+    assert f"portal_quota_used{{{labels}}} 4.0" in text
+    assert "portal_quota_requests_pending 1.0" in text
+    assert 'portal_operations{status="failed"} 1.0' in text
+    assert 'portal_operations{status="pending"} 0.0' in text
