@@ -1,0 +1,205 @@
+"""Command line: ``python -m gpuagent [run|once|fleet] ...``.
+
+``run`` (the default) is the DaemonSet's loop; ``once --print`` reads NVML once and prints
+the report (no token or portal needed, for recording fixtures on a GPU machine); ``fleet``
+runs the demo's fake agents. Settings come from flags, falling back to the environment the
+DaemonSet sets (``NODE_NAME``, ``PORTAL_URL``, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from typing import Any
+
+from gpuagent import __version__
+
+log = logging.getLogger("gpuagent")
+
+DEFAULT_TOKEN_FILE = "/var/run/secrets/gpu-portal/token"
+
+
+def _env_float(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    env = os.environ
+    p.add_argument("--node", default=env.get("NODE_NAME"), help="node name (env NODE_NAME)")
+    p.add_argument("--portal", default=env.get("PORTAL_URL"), help="portal URL (env PORTAL_URL)")
+    p.add_argument(
+        "--token-file",
+        default=env.get("GPU_AGENT_TOKEN_FILE", DEFAULT_TOKEN_FILE),
+        help="file holding the node token (env GPU_AGENT_TOKEN_FILE)",
+    )
+    p.add_argument(
+        "--interval",
+        type=float,
+        default=_env_float("GPU_AGENT_INTERVAL", 15),
+        help="seconds between reports (env GPU_AGENT_INTERVAL, default 15)",
+    )
+    p.add_argument(
+        "--buffer",
+        type=int,
+        default=int(_env_float("GPU_AGENT_BUFFER", 240)),
+        help="reports kept while the portal is down (default 240 = 1 h at 15 s)",
+    )
+    p.add_argument("--max-age", type=float, default=3600, help="drop buffered reports older (s)")
+    p.add_argument("--timeout", type=float, default=10, help="HTTP timeout per post (s)")
+    p.add_argument(
+        "--fake-nvml",
+        metavar="SCENARIO",
+        help="use gpuagent.fake_nvml driven by this YAML/JSON scenario instead of pynvml",
+    )
+    p.add_argument(
+        "--pod-resources-socket",
+        default=env.get("POD_RESOURCES_SOCKET", "/var/lib/kubelet/pod-resources/kubelet.sock"),
+        help="kubelet pod-resources socket (attribution; see docs/agent.md)",
+    )
+    p.add_argument("--log-level", default=env.get("GPU_AGENT_LOG_LEVEL", "INFO"))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m gpuagent", description="GPU node agent for the GPU quota portal"
+    )
+    parser.add_argument("--version", action="version", version=f"gpuagent {__version__}")
+    sub = parser.add_subparsers(dest="command")
+    run = sub.add_parser("run", help="report every interval until SIGTERM (default)")
+    _common(run)
+    once = sub.add_parser("once", help="read NVML once; post it, or --print it")
+    _common(once)
+    once.add_argument("--print", action="store_true", help="print the report JSON, do not post")
+    fleet = sub.add_parser("fleet", help="the demo's fake agent fleet, one per node")
+    fleet.add_argument("--portal", default=os.environ.get("PORTAL_URL"), required=False)
+    fleet.add_argument("--tokens", required=True, help='JSON: {"node": {"token": ..., ...}}')
+    fleet.add_argument("--interval", type=float, default=15)
+    fleet.add_argument("--workers", type=int, default=8, help="concurrent posts")
+    fleet.add_argument("--seed", type=int, default=0)
+    fleet.add_argument("--log-level", default="INFO")
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
+        argv.insert(0, "run")
+    return build_parser().parse_args(argv)
+
+
+def load_nvml(fake: str | None) -> Any:
+    """The real ``pynvml`` module, or a :class:`FakeNvml` for a scenario file."""
+    if fake:
+        from gpuagent.fake_nvml import FakeNvml, load_scenario
+
+        return FakeNvml(load_scenario(fake))
+    import pynvml
+
+    return pynvml
+
+
+def _node(args: argparse.Namespace) -> str:
+    return args.node or os.uname().nodename
+
+
+def cmd_once(args: argparse.Namespace) -> int:
+    from gpuagent.agent import Agent
+    from gpuagent.podresources import default_resolver
+    from gpuagent.sender import Sender, reports_url, token_from_file
+
+    agent = Agent(
+        load_nvml(args.fake_nvml),
+        _node(args),
+        None,
+        interval_s=args.interval,
+        pods=default_resolver(args.pod_resources_socket),
+    )
+    if agent.ensure_nvml() is not None:
+        return 1
+    try:
+        report = agent.collect()
+    finally:
+        agent.reader.close()
+    if report is None:
+        return 1
+    if args.print:
+        json.dump(report, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    if not args.portal:
+        log.error("--portal or PORTAL_URL is needed to post (or use --print)")
+        return 2
+    sender = Sender(
+        reports_url(args.portal), token_from_file(args.token_file), timeout_s=args.timeout
+    )
+    sender.enqueue(report)
+    sender.flush()
+    return 0 if sender.sent == 1 else 1
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from gpuagent.agent import Agent
+    from gpuagent.podresources import default_resolver
+    from gpuagent.sender import Sender, reports_url, token_from_file
+
+    if not args.portal:
+        log.error("set PORTAL_URL (or --portal) to the portal's URL")
+        return 2
+    if not args.node:
+        log.warning("NODE_NAME is not set; using the host name %s", _node(args))
+    sender = Sender(
+        reports_url(args.portal),
+        token_from_file(args.token_file),
+        capacity=args.buffer,
+        max_age_s=args.max_age,
+        timeout_s=args.timeout,
+    )
+    agent = Agent(
+        load_nvml(args.fake_nvml),
+        _node(args),
+        sender,
+        interval_s=args.interval,
+        pods=default_resolver(args.pod_resources_socket),
+    )
+    agent.install_signal_handlers()
+    log.info(
+        "gpuagent %s reporting node %s to %s every %.0f s",
+        __version__,
+        agent.node,
+        sender.url,
+        args.interval,
+    )
+    agent.run()
+    log.info("stopped")
+    return 0
+
+
+def cmd_fleet(args: argparse.Namespace) -> int:
+    from gpuagent.fleet import Fleet
+
+    if not args.portal:
+        log.error("set --portal or PORTAL_URL")
+        return 2
+    fleet = Fleet.from_file(
+        args.tokens, args.portal, interval_s=args.interval, workers=args.workers, seed=args.seed
+    )
+    fleet.install_signal_handlers()
+    fleet.run()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    commands = {"run": cmd_run, "once": cmd_once, "fleet": cmd_fleet}
+    return commands[args.command](args)

@@ -1,0 +1,163 @@
+"""The demo's fake agent fleet: one real :class:`Agent` per node, each on a :class:`FakeNvml`.
+
+All agents live in one process: a scheduler thread wakes each agent when its next step is
+due and hands it to a small thread pool, so a slow portal delays posts but never piles them
+up (an agent is never stepped twice at once). Each agent keeps only its sender's buffer; GPU
+values are computed from the clock, so memory stays small for hundreds of nodes.
+
+Tokens file (the lead's ``seed_demo`` writes it)::
+
+    {"a100-00": {"token": "...", "product": "NVIDIA-A100-SXM4-80GB", "gpus": 8,
+                 "mig": {"strategy": "mixed", "config": "all-1g.10gb"},
+                 "patterns": ["busy", "idle", ...]}}
+
+``mig`` takes a stock mig-parted config name (``config``: all-disabled, all-balanced,
+all-<profile>) or an explicit ``layout`` (per GPU: ``{"3g.40gb": 2}`` or ``null``).
+``patterns`` is optional; without it, patterns come from the node name (see
+:func:`node_patterns`), with exactly one hot GPU in the fleet.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpuagent.agent import Agent
+from gpuagent.fake_nvml import FakeNvml, mig_layout, product
+from gpuagent.sender import Sender, reports_url
+
+log = logging.getLogger(__name__)
+
+
+def node_patterns(node: str, gpus: int, seed: int = 0) -> list[str]:
+    """Believable per-GPU load for one node, stable across restarts.
+
+    Roughly half the nodes run one whole-node training job; the rest mix training, idle
+    allocations (the idle-quota insight's targets) and free GPUs.
+    """
+    rng = random.Random(f"{seed}/{node}")  # noqa: S311 - demo data
+    kind = rng.random()
+    if kind < 0.5:
+        return ["busy"] * gpus
+    if kind < 0.65:
+        return ["idle"] * gpus
+    out = []
+    for _ in range(gpus):
+        r = rng.random()
+        out.append("busy" if r < 0.45 else "idle" if r < 0.75 else "free")
+    return out
+
+
+def mig_for(spec: dict[str, Any], prod_name: str, gpus: int) -> dict[int, list[str]]:
+    """The fake's ``mig`` scenario entry from a tokens-file ``mig`` object."""
+    if not spec:
+        return {}
+    prod = product(prod_name)
+    if "layout" in spec:
+        out = {}
+        for i, entry in enumerate(spec["layout"][:gpus]):
+            if entry is not None:
+                out[i] = [name for name, n in entry.items() for _ in range(int(n))]
+        return out
+    return mig_layout(prod, str(spec.get("config", "all-disabled")), gpus)
+
+
+@dataclass
+class FleetNode:
+    name: str
+    agent: Agent
+    due: float = 0.0
+    busy: bool = False
+
+
+class Fleet:
+    """Runs the agents until :meth:`stop`."""
+
+    def __init__(self, nodes: list[FleetNode], *, workers: int = 8) -> None:
+        self.nodes = nodes
+        self.workers = max(1, workers)
+        self.stop_event = threading.Event()
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_spec(
+        cls,
+        spec: dict[str, dict[str, Any]],
+        portal: str,
+        *,
+        interval_s: float = 15,
+        workers: int = 8,
+        seed: int = 0,
+    ) -> Fleet:
+        url = reports_url(portal)
+        nodes = []
+        hot_given = False
+        start = time.time()
+        names = sorted(spec)
+        for k, name in enumerate(names):
+            cfg = spec[name]
+            prod = cfg.get("product", "NVIDIA-A100-SXM4-80GB")
+            gpus = int(cfg.get("gpus", 8))
+            patterns = list(cfg.get("patterns") or node_patterns(name, gpus, seed))
+            mig = mig_for(cfg.get("mig") or {}, prod, gpus)
+            if not hot_given and not mig and gpus > 0 and "patterns" not in cfg:
+                patterns[min(3, gpus - 1)] = "hot"
+                hot_given = True
+            scenario = {
+                "product": prod,
+                "gpus": gpus,
+                "seed": f"{seed}/{name}",
+                "patterns": patterns,
+                "mig": mig,
+                "driver_version": cfg.get("driver_version", "550.107.02"),
+            }
+            token = str(cfg.get("token", ""))
+            sender = Sender(url, lambda t=token: t, timeout_s=5)
+            agent = Agent(FakeNvml(scenario), name, sender, interval_s=interval_s)
+            nodes.append(FleetNode(name, agent, due=start + interval_s * k / max(1, len(names))))
+        return cls(nodes, workers=workers)
+
+    @classmethod
+    def from_file(cls, path: str | Path, portal: str, **kwargs: Any) -> Fleet:
+        return cls.from_spec(json.loads(Path(path).read_text()), portal, **kwargs)
+
+    def stop(self, *_: Any) -> None:
+        self.stop_event.set()
+
+    def install_signal_handlers(self) -> None:
+        signal.signal(signal.SIGTERM, self.stop)
+        signal.signal(signal.SIGINT, self.stop)
+
+    def _step(self, node: FleetNode) -> None:
+        try:
+            delay = node.agent.step()
+        except Exception:  # one broken fake node must not stop the demo
+            log.exception("fake agent %s failed a step", node.name)
+            delay = node.agent.interval_s
+        with self._lock:
+            node.due = time.time() + delay
+            node.busy = False
+
+    def run(self, tick_s: float = 0.5) -> None:
+        log.info("fake agent fleet: %d node(s), %d worker(s)", len(self.nodes), self.workers)
+        with ThreadPoolExecutor(self.workers, thread_name_prefix="fake-agent") as pool:
+            while not self.stop_event.is_set():
+                now = time.time()
+                with self._lock:
+                    ready = [n for n in self.nodes if not n.busy and n.due <= now]
+                    for n in ready:
+                        n.busy = True
+                for n in ready:
+                    pool.submit(self._step, n)
+                self.stop_event.wait(tick_s)
+        for n in self.nodes:
+            n.agent.reader.close()
+        log.info("fake agent fleet stopped")
