@@ -12,7 +12,7 @@ PIP_FLAGS := -qq --disable-pip-version-check --no-input
 ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test lint fmt bench bench-quota
+.PHONY: help venv demo test lint fmt bench bench-quota bench-ingest
 
 help:
 	@echo "make demo   run the portal with the demo cluster, embedded Postgres and Redis,"
@@ -22,6 +22,7 @@ help:
 	@echo "make fmt    ruff format and ruff check --fix"
 	@echo "make bench  inventory sync benchmark at 5,000 nodes / 150,000 pods (ARGS to adjust)"
 	@echo "make bench-quota  1,000 requests approved by 4 concurrent admins over the API"
+	@echo "make bench-ingest  5,000 simulated node agents posting 8-GPU reports (500/s)"
 	@echo "make venv   create or update .venv from $(REQUIREMENTS)"
 
 # Always runs (cheap): creates .venv if it is missing or broken, and installs when the stamp
@@ -61,3 +62,6 @@ bench: venv
 
 bench-quota: venv
 	$(VENV_PY) -m devstack run -- $(VENV_PY) bench/quota_bench.py $(ARGS)
+
+bench-ingest: venv
+	$(VENV_PY) -m devstack run -- $(VENV_PY) bench/ingest_bench.py $(ARGS)

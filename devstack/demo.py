@@ -247,6 +247,15 @@ def _bring_up(
     schedule = str(data / "celerybeat-schedule")
     sup.start("beat", [*celery, "beat", "-l", "INFO", "-s", schedule], env=env, cwd=REPO_ROOT)
     if sup.wait_until(lambda: port_answers(port), timeout=60):
+        tokens = data / "agent-tokens.json"
+        if tokens.exists():  # seed_demo wrote one token per GPU node of the demo cluster
+            sup.start(
+                "agents",
+                [py, "-m", "gpuagent", "fleet", "--portal", f"http://127.0.0.1:{port}",
+                 "--tokens", str(tokens), "--interval", "15"],
+                env=env,
+                cwd=REPO_ROOT,
+            )  # fmt: skip
         sup.block(banner(port, seed_output, kubeconfig, services))
         sup.run_forever()
     elif not sup.stopping:

@@ -15,6 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import GaugeMetricFamily
 
 from inventory.models import Cluster, NodeResource
+from telemetry.insight import IdleGpuCollector
 
 
 @never_cache
@@ -159,6 +160,7 @@ class QuotaCollector:
 REGISTRY = CollectorRegistry(auto_describe=False)
 REGISTRY.register(InventoryCollector())
 REGISTRY.register(QuotaCollector())
+REGISTRY.register(IdleGpuCollector())
 
 
 @never_cache

@@ -175,6 +175,14 @@ CELERY_BEAT_SCHEDULE = {
         "task": "mig.tasks.redispatch_mig_runs",
         "schedule": timedelta(seconds=env.int("MIG_REDISPATCH_INTERVAL", default=30)),
     },
+    "telemetry-rollup": {
+        "task": "telemetry.tasks.rollup_history",
+        "schedule": timedelta(minutes=10),
+    },
+    "telemetry-expire": {
+        "task": "telemetry.tasks.expire_history",
+        "schedule": timedelta(minutes=10),
+    },
     "quotas-reconcile": {
         "task": "quotas.tasks.reconcile_quotas",
         "schedule": timedelta(seconds=env.int("QUOTA_RECONCILE_INTERVAL", default=120)),
@@ -190,6 +198,12 @@ QUOTA_CONFIRM_SECONDS = env.float("QUOTA_CONFIRM_SECONDS", default=5.0)
 # Node label drift checks read managed nodes one by one up to this many per cluster,
 # and with one paged list of all nodes above it.
 NODELABEL_GET_NODE_LIMIT = env.int("NODELABEL_GET_NODE_LIMIT", default=50)
+
+# Telemetry insight (docs/telemetry.md): an allocation is idle when its GPUs stay under
+# the threshold for the window; a MIG change pending longer than this is "stuck".
+TELEMETRY_IDLE_THRESHOLD_PCT = env.float("TELEMETRY_IDLE_THRESHOLD_PCT", default=5)
+TELEMETRY_IDLE_WINDOW_HOURS = env.float("TELEMETRY_IDLE_WINDOW_HOURS", default=2)
+TELEMETRY_MIG_STUCK_MINUTES = env.int("TELEMETRY_MIG_STUCK_MINUTES", default=30)
 
 # MIG reconfiguration (the coordinator, docs/mig.md).
 MIG_CONFIGMAP_NAME = env.str("MIG_CONFIGMAP_NAME", default="default-mig-parted-config")

@@ -26,10 +26,11 @@ api_v1 = [
 ]
 
 urlpatterns = [
+    # First: agents post reports many times a second, so their route is matched first.
+    path("api/v1/", include("telemetry.api_urls")),
     path("api/v1/", include((api_v1, "api"), namespace="api")),
     path("api/v1/", include("mig.api_urls")),
     path("api/v1/", include("nodelabels.api_urls")),
-    path("api/v1/", include("telemetry.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("healthz", health.healthz, name="healthz"),

@@ -1,3 +1,16 @@
-"""REST routes (filled in by the owner of this module)."""
+"""REST routes under /api/v1/: agent reports, node agent tokens, latest GPU state."""
 
-urlpatterns: list = []
+from django.urls import path
+from rest_framework.routers import SimpleRouter
+
+from . import api, api_insight
+
+router = SimpleRouter()
+router.register("agent/tokens", api.NodeTokenViewSet, basename="nodetoken")
+router.register("gpus", api.GpuStateViewSet, basename="gpustate")
+
+urlpatterns = [
+    path("agent/reports/", api.receive_report, name="agent-report"),
+    path("showback/", api_insight.showback_api, name="showback"),
+    *router.urls,
+]

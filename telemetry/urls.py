@@ -1,4 +1,16 @@
-"""Pages (filled in by the owner of this module)."""
+"""Telemetry pages, mounted at /telemetry/."""
+
+from django.urls import path
+
+from . import views
 
 app_name = "telemetry"
-urlpatterns: list = []
+
+urlpatterns = [
+    path("", views.fleet, name="fleet"),
+    path("teams/<slug:slug>/", views.team, name="team"),
+    path("idle/", views.idle, name="idle"),
+    path("health/", views.health_list, name="health"),
+    path("showback/", views.showback_page, name="showback"),
+    path("showback.csv", views.showback_csv, name="showback-csv"),
+]

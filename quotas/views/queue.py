@@ -10,6 +10,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
+from telemetry.insight import annotate_renewals
+
 from ..capacity import DEFAULT_RATIO, Headroom, bulk_limits, peak
 from ..models import (
     Grant,
@@ -34,6 +36,7 @@ def queue(request: HttpRequest) -> HttpResponse:
         .select_related("team", "namespace__cluster", "requested_by", "target_grant")
         .order_by("created_at")
     )
+    annotate_renewals(pending)  # the team's measured use of each grant up for renewal
     namespaces = list({r.namespace_id: r.namespace for r in pending}.values())
     cluster_ids = {ns.cluster_id for ns in namespaces}
     limits = bulk_limits(cluster_ids)

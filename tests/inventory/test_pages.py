@@ -339,7 +339,8 @@ def test_node_detail_unknown_is_404(as_researcher):
 
 
 def test_node_detail_query_count(as_researcher, sick_node, django_assert_max_num_queries):
-    with django_assert_max_num_queries(7):
+    # session, user, node, resources, pods, usual drivers, portal labels, GPU telemetry
+    with django_assert_max_num_queries(8):
         as_researcher.get(reverse("inventory:node", args=[sick_node.pk]))
 
 

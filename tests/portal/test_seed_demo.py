@@ -20,8 +20,19 @@ def demo_sim(tmp_path):
     sim.stop()
 
 
-def test_seed_demo_is_idempotent_and_makes_the_roles_visible(demo_sim, capsys):
+def test_seed_demo_is_idempotent_and_makes_the_roles_visible(demo_sim, capsys, settings, tmp_path):
+    import json
+
+    from telemetry.models import NodeToken
+    from telemetry.tokens import TokenError, authenticate_node
+
+    settings.DATA_DIR = tmp_path
     call_command("seed_demo", kubeconfig=str(demo_sim))
+    fleet = json.loads((tmp_path / "agent-tokens.json").read_text())
+    assert "a100-02" in fleet and "cpu-00" not in fleet  # GPU nodes only
+    assert fleet["a100-02"]["mig"] == {"config": "all-1g.10gb"}
+    assert authenticate_node(fleet["h100-00"]["token"]).node_name == "h100-00"
+    first_tokens = {n: v["token"] for n, v in fleet.items()}
     out = capsys.readouterr().out
     assert "alice / alice-demo-pass" in out and "admin / admin-demo-pass" in out
     assert set(Team.objects.values_list("slug", flat=True)) == {
@@ -33,3 +44,7 @@ def test_seed_demo_is_idempotent_and_makes_the_roles_visible(demo_sim, capsys):
     assert Grant.objects.filter(kind="baseline").count() == 3
     call_command("seed_demo", kubeconfig=str(demo_sim))
     assert QuotaRequest.objects.count() == 4 and Team.objects.count() == 4
+    # A second run replaces the demo fleet's tokens: the old ones stop working.
+    assert NodeToken.objects.active().count() == len(first_tokens)
+    with pytest.raises(TokenError):
+        authenticate_node(first_tokens["h100-00"])

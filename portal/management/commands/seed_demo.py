@@ -54,6 +54,7 @@ class Command(BaseCommand):
         run = sync_cluster(cluster, trigger="seed")  # capacity is needed to approve
         if run.error:
             self.stderr.write(f"first sync failed ({run.error}); sample requests skipped")
+        self._agent_tokens(cluster, admin)
         # The sample requests' notification e-mails would bury the demo's banner.
         with override_settings(EMAIL_BACKEND="django.core.mail.backends.dummy.EmailBackend"):
             self._teams(cluster, admin, with_requests=not run.error)
@@ -62,6 +63,35 @@ class Command(BaseCommand):
         for username, password, team, role in RESEARCHERS:
             self.stdout.write(f"  {username:<10} {username} / {password}   ({role} of {team})")
         self.stdout.write(f"Demo cluster: {cluster.slug} -> kubeconfig {kubeconfig}")
+
+    def _agent_tokens(self, cluster: Cluster, admin) -> None:
+        """Issue a node token per GPU node and write them for the demo's fake agent fleet.
+
+        Raw tokens exist only at issue time, so every run replaces the previous demo
+        tokens; the file lives in the git-ignored data folder.
+        """
+        import json
+
+        from inventory.models import Node
+        from telemetry import tokens
+        from telemetry.models import NodeToken
+
+        NodeToken.objects.filter(node__cluster=cluster, name="demo-fleet").active().update(
+            revoked_at=timezone.now()
+        )
+        fleet = {}
+        for node in Node.objects.filter(cluster=cluster).present().gpu():
+            _, raw = tokens.issue(node, created_by=admin, name="demo-fleet")
+            fleet[node.name] = {
+                "token": raw,
+                "product": node.gpu_product,
+                "gpus": node.gpu_count,
+                "mig": {"config": node.mig_config} if node.mig_config else {},
+            }
+        path = settings.DATA_DIR / "agent-tokens.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(fleet, indent=1))
+        path.chmod(0o600)
 
     def _user(self, username: str, password: str, *, staff: bool = False):
         user, created = get_user_model().objects.get_or_create(

@@ -1,0 +1,546 @@
+"""What telemetry says about allocations: who holds which GPU, which allocations sit idle,
+how a renewal's grant was really used, and the Prometheus ``idle GPUs`` gauge.
+
+Attribution (which pod holds which GPU), in order of trust:
+
+1. **agent**: the agent maps GPU UUIDs to pods through the kubelet pod-resources API and
+   reports ``processes[].pod`` as ``"namespace/name"``; a GPU running a process of a pod
+   belongs to that pod (shared equally when several pods run on it).
+2. **requests**: for running pods on the node the agent did not attribute, the portal
+   knows only how many ``nvidia.com/gpu`` they request (``GpuPod.requests``), not which
+   ones. Their candidate GPUs are the node's GPUs no agent-attributed pod holds; each pod
+   gets ``request / max(candidates, total requests)`` of every candidate GPU, so the shares
+   add up to its request (or less on an overcommitted node). Such a pod counts as idle
+   only when *every* candidate GPU stayed idle: with two pods on a node and one busy GPU
+   the portal cannot tell whose it is, so neither is listed (no false alarms).
+
+MIG slices are attributed only by the agent (a slice request says nothing of which GPU).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db.models import Count, F, FloatField, Func, Max, Q
+from django.db.models.functions import Cast
+from django.utils import timezone
+from prometheus_client.core import GaugeMetricFamily
+
+from inventory.models import GPU_RESOURCE, GpuPod, Node
+from quotas.models import Grant, QuotaRequest, TeamNamespace
+
+from .models import GpuHistory5m, GpuState
+
+BUCKET = timedelta(minutes=5)
+# A GPU's window counts only when at least this share of its 5-minute points has data.
+MIN_COVERAGE = 0.8
+
+NsKey = tuple  # (cluster id, namespace name)
+
+
+def idle_threshold_pct() -> float:
+    return float(getattr(settings, "TELEMETRY_IDLE_THRESHOLD_PCT", 5))
+
+
+def idle_window() -> timedelta:
+    return timedelta(hours=float(getattr(settings, "TELEMETRY_IDLE_WINDOW_HOURS", 2)))
+
+
+# -- attribution --------------------------------------------------------------------------
+
+
+@dataclass
+class Allocation:
+    """One pod's hold on GPUs of one node."""
+
+    node: Node
+    namespace: str
+    pod: str
+    method: str  # "agent" or "requests"
+    gpu_ids: list[int] = field(default_factory=list)  # agent: its GPUs; requests: candidates
+    gpu_indexes: list[int] = field(default_factory=list)
+    requested: int = 0
+    since: datetime | None = None
+    team: object | None = None
+    # Filled by idle_allocations().
+    max_util_pct: float | None = None
+
+    @property
+    def key(self) -> NsKey:
+        return (self.node.cluster_id, self.namespace)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs this allocation holds (requests: what it asked for, up to the candidates)."""
+        if self.method == "agent":
+            return len(self.gpu_ids)
+        return min(self.requested, len(self.gpu_ids))
+
+
+@dataclass
+class Attribution:
+    allocations: list[Allocation]
+    # gpu id -> {(cluster id, namespace): share of the GPU}
+    shares: dict[int, dict[NsKey, float]]
+    gpus: dict[int, GpuState]
+
+
+def _gpu_request(pod: GpuPod) -> int:
+    try:
+        return int((pod.requests or {}).get(GPU_RESOURCE, 0))
+    except (TypeError, ValueError):
+        return 0
+
+
+def attribute(node_ids=None, now: datetime | None = None) -> Attribution:
+    """Who holds which GPU now, on ``node_ids`` (None: every node). Two queries."""
+    gpus_qs = GpuState.objects.select_related("node").only(
+        "id", "node_id", "index", "lost", "processes", "node__cluster_id", "node__name",
+        "node__gpu_product",
+    )  # fmt: skip
+    pods_qs = GpuPod.objects.filter(node__isnull=False, phase="Running").only(
+        "id", "node_id", "namespace", "name", "requests", "k8s_created_at", "first_seen_at"
+    )
+    if node_ids is not None:
+        gpus_qs = gpus_qs.filter(node_id__in=node_ids)
+        pods_qs = pods_qs.filter(node_id__in=node_ids)
+    by_node: dict = defaultdict(list)
+    gpus = {}
+    for g in gpus_qs:
+        by_node[g.node_id].append(g)
+        gpus[g.pk] = g
+    pods_by_node: dict = defaultdict(list)
+    for p in pods_qs:
+        pods_by_node[p.node_id].append(p)
+
+    allocations: list[Allocation] = []
+    shares: dict[int, dict[NsKey, float]] = defaultdict(dict)
+    for node_id, node_gpus in by_node.items():
+        node = node_gpus[0].node
+        pods = {(p.namespace, p.name): p for p in pods_by_node.get(node_id, [])}
+        agent: dict[tuple, Allocation] = {}
+        held = set()
+        for g in sorted(node_gpus, key=lambda g: g.index):
+            names = sorted({p["pod"] for p in g.processes or [] if p.get("pod")})
+            for full in names:
+                ns, _, name = full.partition("/")
+                alloc = agent.get((ns, name))
+                if alloc is None:
+                    pod = pods.get((ns, name))
+                    alloc = agent[(ns, name)] = Allocation(
+                        node, ns, name, "agent",
+                        requested=_gpu_request(pod) if pod else 0,
+                        since=(pod.k8s_created_at or pod.first_seen_at) if pod else None,
+                    )  # fmt: skip
+                alloc.gpu_ids.append(g.pk)
+                alloc.gpu_indexes.append(g.index)
+                share = 1.0 / len(names)
+                shares[g.pk][(node.cluster_id, ns)] = shares[g.pk].get((node.cluster_id, ns), 0)
+                shares[g.pk][(node.cluster_id, ns)] += share
+                held.add(g.pk)
+        allocations.extend(agent.values())
+        rest = [p for key, p in sorted(pods.items()) if key not in agent and _gpu_request(p) > 0]
+        candidates = [g for g in sorted(node_gpus, key=lambda g: g.index) if g.pk not in held]
+        if not rest or not candidates:
+            continue
+        total = sum(_gpu_request(p) for p in rest)
+        divisor = max(len(candidates), total)
+        for p in rest:
+            req = _gpu_request(p)
+            allocations.append(
+                Allocation(
+                    node,
+                    p.namespace,
+                    p.name,
+                    "requests",
+                    gpu_ids=[g.pk for g in candidates],
+                    gpu_indexes=[g.index for g in candidates],
+                    requested=req,
+                    since=p.k8s_created_at or p.first_seen_at,
+                )
+            )
+            for g in candidates:
+                key = (node.cluster_id, p.namespace)
+                shares[g.pk][key] = shares[g.pk].get(key, 0) + req / divisor
+    return Attribution(allocations, dict(shares), gpus)
+
+
+def namespace_teams(keys) -> dict[NsKey, object]:
+    """{(cluster id, namespace): Team} for the namespaces a team owns (one query)."""
+    keys = set(keys)
+    if not keys:
+        return {}
+    rows = TeamNamespace.objects.filter(
+        cluster_id__in={c for c, _ in keys}, name__in={n for _, n in keys}
+    ).select_related("team")
+    return {(ns.cluster_id, ns.name): ns.team for ns in rows}
+
+
+# -- idle ---------------------------------------------------------------------------------
+
+
+def _util_avg():
+    return Cast(F("util_sum"), FloatField()) / Func(F("util_n"), 0, function="NULLIF")
+
+
+def window_stats(gpu_ids, now: datetime, window: timedelta) -> dict[int, tuple[float, int]]:
+    """{gpu id: (highest 5-minute average utilisation, points with data)} over the window."""
+    if not gpu_ids:
+        return {}
+    rows = (
+        GpuHistory5m.objects.filter(gpu_id__in=gpu_ids, bucket__gte=now - window, bucket__lte=now)
+        .values("gpu_id")
+        .annotate(peak=Max(_util_avg()), points=Count("id", filter=Q(util_n__gt=0)))
+        .values_list("gpu_id", "peak", "points")
+    )
+    return {gpu_id: (peak, points) for gpu_id, peak, points in rows}
+
+
+def idle_gpu_ids(gpu_ids, now: datetime | None = None) -> set[int]:
+    """GPUs whose every 5-minute average stayed under the threshold for the whole window
+    (with data for at least 80 % of it: a GPU that did not report is not called idle)."""
+    now = now or timezone.now()
+    return _idle_from(window_stats(gpu_ids, now, idle_window()))
+
+
+def _idle_from(stats: dict[int, tuple[float, int]]) -> set[int]:
+    needed = MIN_COVERAGE * (idle_window() / BUCKET)
+    threshold = idle_threshold_pct()
+    return {
+        gpu_id
+        for gpu_id, (peak, points) in stats.items()
+        if peak is not None and peak < threshold and points >= needed
+    }
+
+
+def idle_allocations(
+    node_ids=None, now: datetime | None = None, namespaces: set[NsKey] | None = None
+) -> list[Allocation]:
+    """Allocations whose GPUs stayed under the idle threshold for the idle window, oldest
+    first; limited to ``namespaces`` ({(cluster id, name)}) when given. Four queries."""
+    now = now or timezone.now()
+    if namespaces is not None:
+        if not namespaces:
+            return []
+        node_ids = _nodes_with_pods_of(namespaces)
+    attribution = attribute(node_ids, now)
+    allocations = [
+        a
+        for a in attribution.allocations
+        if (namespaces is None or a.key in namespaces)
+        and a.since is not None
+        and a.since <= now - idle_window()
+    ]
+    ids = {gpu_id for a in allocations for gpu_id in a.gpu_ids}
+    stats = window_stats(ids, now, idle_window())
+    idle = _idle_from(stats)
+    teams = namespace_teams(a.key for a in allocations)
+    out = []
+    for a in allocations:
+        if not a.gpu_ids or not all(g in idle for g in a.gpu_ids) or a.gpus == 0:
+            continue
+        a.team = teams.get(a.key)
+        peaks = [stats[g][0] for g in a.gpu_ids if g in stats and stats[g][0] is not None]
+        a.max_util_pct = max(peaks) if peaks else None
+        out.append(a)
+    return sorted(out, key=lambda a: (a.since, a.namespace, a.pod))
+
+
+def _nodes_with_pods_of(namespaces: set[NsKey]):
+    q = Q()
+    for cluster_id, name in namespaces:
+        q |= Q(cluster_id=cluster_id, namespace=name)
+    return GpuPod.objects.filter(q, node__isnull=False).values("node_id")
+
+
+# -- renewals -----------------------------------------------------------------------------
+
+RENEWAL_LOOKBACK = timedelta(days=7)
+
+
+@dataclass
+class GrantUtilisation:
+    """How a namespace used its GPUs over ``start``-``end`` (for a renewal decision)."""
+
+    start: datetime
+    end: datetime
+    granted_gpu_hours: float
+    allocated_gpu_hours: float
+    busy_gpu_hours: float  # utilisation-weighted
+    idle_now: int
+
+    @property
+    def hours(self) -> float:
+        return (self.end - self.start).total_seconds() / 3600
+
+    @property
+    def avg_granted(self) -> float:
+        return self.granted_gpu_hours / self.hours if self.hours else 0.0
+
+    @property
+    def avg_allocated(self) -> float:
+        return self.allocated_gpu_hours / self.hours if self.hours else 0.0
+
+    @property
+    def allocated_pct(self) -> float | None:
+        if not self.granted_gpu_hours:
+            return None
+        return 100 * self.allocated_gpu_hours / self.granted_gpu_hours
+
+    @property
+    def busy_pct(self) -> float | None:
+        if not self.allocated_gpu_hours:
+            return None
+        return 100 * self.busy_gpu_hours / self.allocated_gpu_hours
+
+
+def annotate_renewals(requests, now: datetime | None = None) -> None:
+    """Set ``req.utilisation`` (a GrantUtilisation, or None) on every renewal request of
+    whole GPUs in ``requests``: how its namespace used its GPUs over the last 7 days of the
+    grant being renewed. A fixed number of queries for any number of requests."""
+    from .showback import granted_hours, used_hours
+
+    now = now or timezone.now()
+    renewals = [
+        r
+        for r in requests
+        if r.kind == QuotaRequest.Kind.RENEWAL and r.resource == GPU_RESOURCE and r.target_grant
+    ]
+    for r in requests:
+        r.utilisation = None
+    if not renewals:
+        return
+    keys = {(r.namespace.cluster_id, r.namespace.name) for r in renewals}
+    node_ids = list(_nodes_with_pods_of(keys).values_list("node_id", flat=True))
+    attribution = attribute(node_ids, now)
+    start = now - RENEWAL_LOOKBACK
+    used = used_hours(start, now, attribution, now=now)
+    grants = Grant.objects.filter(
+        namespace_id__in={r.namespace_id for r in renewals}, resource=GPU_RESOURCE
+    ).select_related("namespace")
+    idle = idle_allocations(node_ids=node_ids, now=now)
+    idle_by_ns: dict[NsKey, int] = defaultdict(int)
+    for a in idle:
+        idle_by_ns[a.key] += a.gpus
+    for r in renewals:
+        key = (r.namespace.cluster_id, r.namespace.name)
+        begin = max(start, r.target_grant.starts_at)
+        if begin >= now:
+            continue
+        granted = granted_hours(
+            [g for g in grants if g.namespace_id == r.namespace_id], begin, now, now=now
+        )
+        alloc, busy = used_since(used, key, begin)
+        r.utilisation = GrantUtilisation(
+            start=begin,
+            end=now,
+            granted_gpu_hours=sum(granted.values()),
+            allocated_gpu_hours=alloc,
+            busy_gpu_hours=busy,
+            idle_now=idle_by_ns.get(key, 0),
+        )
+
+
+def used_since(used, key: NsKey, begin: datetime) -> tuple[float, float]:
+    """Sum of (allocated, busy) GPU-hours of one namespace from hourly ``used`` rows."""
+    alloc = busy = 0.0
+    for hour, (a, b) in used.get(key, {}).items():
+        if hour >= begin - timedelta(minutes=59, seconds=59):
+            alloc += a
+            busy += b
+    return alloc, busy
+
+
+# -- Prometheus ---------------------------------------------------------------------------
+
+
+class IdleGpuCollector:
+    """``portal_idle_gpus{cluster, team, namespace}``: GPUs held by pods that stayed under
+    the idle threshold for the idle window (register in ``portal.health.REGISTRY``)."""
+
+    def collect(self):
+        family = GaugeMetricFamily(
+            "portal_idle_gpus",
+            "GPUs of allocations under the idle threshold for the whole idle window",
+            labels=["cluster", "team", "namespace"],
+        )
+        counts: dict[tuple, int] = defaultdict(int)
+        for a in idle_allocations():
+            counts[(a.node.cluster_id, a.team.slug if a.team else "", a.namespace)] += a.gpus
+        slugs = _cluster_slugs({k[0] for k in counts})
+        for (cluster_id, team, namespace), n in sorted(counts.items(), key=str):
+            family.add_metric([slugs.get(cluster_id, str(cluster_id)), team, namespace], n)
+        yield family
+
+
+def _cluster_slugs(ids) -> dict:
+    from inventory.models import Cluster
+
+    if not ids:
+        return {}
+    return dict(Cluster.objects.filter(pk__in=ids).values_list("pk", "slug"))
+
+
+# -- dashboards ---------------------------------------------------------------------------
+
+
+def last_hour_util(gpu_ids, now: datetime) -> dict[int, float]:
+    """{gpu id: mean utilisation over the last hour} (one query)."""
+    if not gpu_ids:
+        return {}
+    from django.db.models import Sum
+
+    rows = (
+        GpuHistory5m.objects.filter(gpu_id__in=gpu_ids, bucket__gte=now - timedelta(hours=1))
+        .values("gpu_id")
+        .annotate(s=Sum("util_sum"), n=Sum("util_n"))
+        .values_list("gpu_id", "s", "n")
+    )
+    return {gpu_id: s / n for gpu_id, s, n in rows if n}
+
+
+@dataclass
+class UsageRow:
+    """Granted / requested / held / busy GPUs of one team, namespace or product, now."""
+
+    label: str
+    granted: int = 0
+    requested: int = 0
+    held: float = 0.0  # GPUs attributed to its pods (shares)
+    busy: float = 0.0  # of those, GPUs at or above the idle threshold over the last hour
+    capacity: int = 0
+    util_pct: float | None = None  # mean utilisation of its GPUs over the period shown
+
+    @property
+    def busy_pct(self) -> float | None:
+        return 100 * self.busy / self.held if self.held else None
+
+
+def held_and_busy(attribution: Attribution, now: datetime) -> dict[NsKey, tuple[float, float]]:
+    """{(cluster id, namespace): (GPUs held, GPUs busy)} now (one query)."""
+    util = last_hour_util(list(attribution.shares), now)
+    threshold = idle_threshold_pct()
+    out: dict = defaultdict(lambda: [0.0, 0.0])
+    for gpu_id, owners in attribution.shares.items():
+        busy = util.get(gpu_id, 0.0) >= threshold
+        for key, share in owners.items():
+            out[key][0] += share
+            if busy:
+                out[key][1] += share
+    return {k: (a, b) for k, (a, b) in out.items()}
+
+
+def team_rows(teams, now: datetime | None = None) -> list[UsageRow]:
+    """One UsageRow per team (whole GPUs): granted from active grants, requested from the
+    inventory's NamespaceUsage, held/busy from attribution. Seven queries."""
+    from inventory.models import NamespaceUsage
+
+    now = now or timezone.now()
+    teams = list(teams)
+    namespaces = list(TeamNamespace.objects.filter(team__in=teams))
+    ns_team = {(ns.cluster_id, ns.name): ns.team_id for ns in namespaces}
+    rows = {t.pk: UsageRow(label=t.name) for t in teams}
+    for row, t in zip(rows.values(), teams, strict=True):
+        row.team = t
+    for g in (
+        Grant.objects.active_at(now)
+        .filter(namespace__in=namespaces, resource=GPU_RESOURCE)
+        .select_related("namespace")
+    ):
+        rows[g.namespace.team_id].granted += g.amount
+    if namespaces:
+        usage = NamespaceUsage.objects.filter(
+            resource=GPU_RESOURCE,
+            cluster_id__in={c for c, _ in ns_team},
+            namespace__in={n for _, n in ns_team},
+        ).values_list("cluster_id", "namespace", "requested")
+        for cluster_id, name, requested in usage:
+            team_id = ns_team.get((cluster_id, name))
+            if team_id is not None:
+                rows[team_id].requested += requested
+        node_ids = list(_nodes_with_pods_of(set(ns_team)).values_list("node_id", flat=True))
+        for key, (held, busy) in held_and_busy(attribute(node_ids, now), now).items():
+            team_id = ns_team.get(key)
+            if team_id is not None:
+                rows[team_id].held += held
+                rows[team_id].busy += busy
+    return list(rows.values())
+
+
+def product_rows(now: datetime | None = None, hours: int = 24) -> list[UsageRow]:
+    """One UsageRow per base GPU product: capacity / requested from the inventory, GPUs
+    reporting, held and busy now, and mean utilisation over ``hours``."""
+    from django.db.models import Sum
+
+    from inventory.models import NodeResource, base_product
+
+    now = now or timezone.now()
+    rows: dict[str, UsageRow] = {}
+
+    def row(product: str) -> UsageRow:
+        p = base_product(product)
+        return rows.setdefault(p, UsageRow(label=p))
+
+    for product, cap, req in (
+        NodeResource.objects.filter(node__gone_at__isnull=True, resource=GPU_RESOURCE)
+        .exclude(node__gpu_product="")
+        .values("node__gpu_product")
+        .annotate(c=Sum("capacity"), r=Sum("requested"))
+        .values_list("node__gpu_product", "c", "r")
+    ):
+        row(product).capacity += cap or 0
+        row(product).requested += req or 0
+    attribution = attribute(None, now)
+    util = last_hour_util(list(attribution.gpus), now)
+    threshold = idle_threshold_pct()
+    for gpu_id, g in attribution.gpus.items():
+        if not g.node.gpu_product:
+            continue
+        share = sum(attribution.shares.get(gpu_id, {}).values())
+        r = row(g.node.gpu_product)
+        r.held += share
+        if util.get(gpu_id, 0.0) >= threshold:
+            r.busy += share
+    series = product_series(now, hours)
+    for product, points in series.items():
+        total = sum(s for s, n in points.values())
+        count = sum(n for s, n in points.values())
+        if product in rows and count:
+            rows[product].util_pct = total / count
+    return sorted(rows.values(), key=lambda r: r.label)
+
+
+def product_series(now: datetime, hours: int = 24) -> dict[str, dict[datetime, tuple]]:
+    """{base product: {hour: (utilisation sum, samples)}} over the last ``hours``: hourly
+    points for closed hours, 5-minute ones after (two queries)."""
+    from django.db.models import Sum
+    from django.db.models.functions import Trunc
+
+    from inventory.models import base_product
+
+    from .models import GpuHistory1h
+    from .showback import history_horizon
+
+    start = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=hours - 1)
+    horizon = max(history_horizon(now), start)
+    out: dict = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+    for model, a, b in ((GpuHistory1h, start, horizon), (GpuHistory5m, horizon, None)):
+        qs = model.objects.filter(bucket__gte=a)
+        if b is not None:
+            if b <= a:
+                continue
+            qs = qs.filter(bucket__lt=b)
+        rows = (
+            qs.annotate(hour=Trunc("bucket", "hour"))
+            .values("gpu__node__gpu_product", "hour")
+            .annotate(s=Sum("util_sum"), n=Sum("util_n"))
+            .values_list("gpu__node__gpu_product", "hour", "s", "n")
+        )
+        for product, hour, s, n in rows:
+            cell = out[base_product(product)][hour]
+            cell[0] += s or 0
+            cell[1] += n or 0
+    return {p: {h: tuple(v) for h, v in pts.items()} for p, pts in out.items()}

@@ -1,0 +1,256 @@
+"""Showback: GPU-hours granted and used per team per month.
+
+- **Granted** GPU-hours of a grant in a period: ``amount`` x the hours of the period its
+  window covers, the window being ``starts_at`` to the first of ``ends_at`` / ``ended_at``
+  (released early) / now. A temporary grant crossing a month boundary is split exactly.
+- **Allocated** GPU-hours: for every history point of a GPU attributed to the team's
+  namespaces (``telemetry.insight.attribute``), the point's duration (5 minutes or 1 hour,
+  when the GPU reported in it) x the team's share of the GPU.
+- **Busy** GPU-hours (utilisation-weighted): the same, x the point's mean utilisation.
+  ``busy / allocated`` is how hard the GPUs a team held actually worked.
+
+History comes from the hourly points for closed hours (rolled up every 10 minutes, last 3
+hours re-rolled) and from the 5-minute points for the last two hours. Attribution is the
+*current* one (who holds which GPU now), applied to the whole period: exact for
+allocations that lasted the period, approximate for pods that came and went.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from django.db.models import Count, F, FloatField, Func, Q, Sum
+from django.db.models.functions import Cast, Trunc
+from django.utils import timezone
+
+from inventory.models import GPU_RESOURCE
+from quotas.models import Grant, Team
+
+from .insight import Attribution, NsKey, attribute
+from .models import GpuHistory1h, GpuHistory5m
+
+MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
+HOUR = timedelta(hours=1)
+FIVE_MIN_H = 5 / 60
+
+
+class BadMonth(ValueError):
+    pass
+
+
+def parse_month(value: str | None, now: datetime | None = None) -> tuple[str, datetime, datetime]:
+    """``"2026-11"`` -> (label, first instant, first instant of next month), UTC; empty:
+    the current month. Raises BadMonth."""
+    now = now or timezone.now()
+    if not value:
+        value = now.astimezone(UTC).strftime("%Y-%m")
+    m = MONTH.match(value)
+    if not m:
+        raise BadMonth("Use a month as YYYY-MM, e.g. 2026-11.")
+    year, month = int(m.group(1)), int(m.group(2))
+    start = datetime(year, month, 1, tzinfo=UTC)
+    end = datetime(year + month // 12, month % 12 + 1, 1, tzinfo=UTC)
+    return value, start, end
+
+
+def month_choices(now: datetime | None = None, count: int = 13) -> list[str]:
+    """The current month and the ones before it, newest first."""
+    now = (now or timezone.now()).astimezone(UTC)
+    year, month = now.year, now.month
+    out = []
+    for _ in range(count):
+        out.append(f"{year:04d}-{month:02d}")
+        year, month = (year, month - 1) if month > 1 else (year - 1, 12)
+    return out
+
+
+# -- granted ------------------------------------------------------------------------------
+
+
+def grant_end(g: Grant) -> datetime | None:
+    ends = [t for t in (g.ends_at, g.ended_at) if t is not None]
+    return min(ends) if ends else None
+
+
+def granted_hours(grants, start: datetime, end: datetime, now: datetime | None = None):
+    """{(namespace id, resource): amount-hours} of ``grants`` within [start, min(end, now))."""
+    now = now or timezone.now()
+    stop = min(end, now)
+    out: dict[tuple, float] = defaultdict(float)
+    for g in grants:
+        g_end = grant_end(g)
+        a = max(start, g.starts_at)
+        b = stop if g_end is None else min(stop, g_end)
+        if b > a:
+            out[(g.namespace_id, g.resource)] += g.amount * (b - a).total_seconds() / 3600
+    return dict(out)
+
+
+def grants_in(start: datetime, end: datetime):
+    """Grants whose window touches [start, end), released ones included (up to release)."""
+    return Grant.objects.filter(starts_at__lt=end).filter(
+        Q(ends_at__isnull=True) | Q(ends_at__gt=start),
+        Q(ended_at__isnull=True) | Q(ended_at__gt=start),
+    )
+
+
+# -- used ---------------------------------------------------------------------------------
+
+
+def history_horizon(now: datetime) -> datetime:
+    """Hourly points are complete before this; 5-minute points serve from it on."""
+    return now.replace(minute=0, second=0, microsecond=0) - HOUR
+
+
+def _util_avg():
+    return Cast(F("util_sum"), FloatField()) / Func(F("util_n"), 0, function="NULLIF")
+
+
+def gpu_hours(gpu_ids, start: datetime, end: datetime, now: datetime, *, by_hour: bool = False):
+    """[(gpu id, hour or None, reported hours, utilisation-weighted hours)]: two queries."""
+    if not gpu_ids:
+        return []
+    horizon = history_horizon(now)
+    end = min(end, now + BUCKET_SLACK)
+    parts = [
+        (GpuHistory1h, start, min(end, horizon), 1.0),
+        (GpuHistory5m, max(start, horizon), end, FIVE_MIN_H),
+    ]
+    out = []
+    for model, a, b, duration in parts:
+        if b <= a:
+            continue
+        qs = model.objects.filter(gpu_id__in=gpu_ids, bucket__gte=a, bucket__lt=b, samples__gt=0)
+        keys = ["gpu_id"]
+        if by_hour:
+            qs = qs.annotate(hour=Trunc("bucket", "hour", tzinfo=UTC))
+            keys.append("hour")
+        rows = qs.values(*keys).annotate(n=Count("id"), u=Sum(_util_avg()))
+        for row in rows:
+            out.append(
+                (
+                    row["gpu_id"],
+                    row.get("hour"),
+                    row["n"] * duration,
+                    (row["u"] or 0.0) / 100 * duration,
+                )
+            )
+    return out
+
+
+BUCKET_SLACK = timedelta(minutes=5)
+
+
+def used_hours(
+    start: datetime, end: datetime, attribution: Attribution, now: datetime | None = None
+) -> dict[NsKey, dict[datetime, tuple[float, float]]]:
+    """{(cluster id, namespace): {hour: (allocated GPU-hours, busy GPU-hours)}}."""
+    now = now or timezone.now()
+    out: dict = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
+    for gpu_id, hour, hours, busy in gpu_hours(
+        list(attribution.shares), start, end, now, by_hour=True
+    ):
+        for key, share in attribution.shares[gpu_id].items():
+            cell = out[key][hour]
+            cell[0] += hours * share
+            cell[1] += busy * share
+    return {k: {h: (a, b) for h, (a, b) in v.items()} for k, v in out.items()}
+
+
+def used_totals(
+    start: datetime, end: datetime, attribution: Attribution, now: datetime | None = None
+) -> dict[NsKey, tuple[float, float]]:
+    """{(cluster id, namespace): (allocated GPU-hours, busy GPU-hours)} over the period."""
+    now = now or timezone.now()
+    out: dict = defaultdict(lambda: [0.0, 0.0])
+    for gpu_id, _, hours, busy in gpu_hours(list(attribution.shares), start, end, now):
+        for key, share in attribution.shares[gpu_id].items():
+            out[key][0] += hours * share
+            out[key][1] += busy * share
+    return {k: (a, b) for k, (a, b) in out.items()}
+
+
+# -- the report ---------------------------------------------------------------------------
+
+
+@dataclass
+class ShowbackRow:
+    team: Team
+    resource: str
+    granted_hours: float
+    allocated_hours: float | None  # None: not measured (MIG slices)
+    busy_hours: float | None
+
+    @property
+    def allocated_pct(self) -> float | None:
+        if self.allocated_hours is None or not self.granted_hours:
+            return None
+        return 100 * self.allocated_hours / self.granted_hours
+
+    @property
+    def busy_pct(self) -> float | None:
+        if not self.allocated_hours:
+            return None
+        return 100 * (self.busy_hours or 0) / self.allocated_hours
+
+    def as_dict(self) -> dict:
+        return {
+            "team": self.team.slug,
+            "resource": self.resource,
+            "granted_gpu_hours": round(self.granted_hours, 3),
+            "allocated_gpu_hours": _r(self.allocated_hours),
+            "busy_gpu_hours": _r(self.busy_hours),
+        }
+
+
+def _r(v: float | None) -> float | None:
+    return None if v is None else round(v, 3)
+
+
+def showback(teams, start: datetime, end: datetime, now: datetime | None = None):
+    """Rows per team and resource for [start, end): granted from grants, used (whole GPUs
+    only) from history and attribution. A fixed number of queries."""
+    now = now or timezone.now()
+    teams = list(teams)
+    by_id = {t.pk: t for t in teams}
+    grants = list(
+        grants_in(start, end).filter(namespace__team__in=teams).select_related("namespace")
+    )
+    ns_team = {}
+    from quotas.models import TeamNamespace
+
+    for ns in TeamNamespace.objects.filter(team__in=teams):
+        ns_team[(ns.cluster_id, ns.name)] = ns.team_id
+    ns_of_grant = {g.namespace_id: g.namespace.team_id for g in grants}
+    granted: dict[tuple, float] = defaultdict(float)
+    for (ns_id, resource), hours in granted_hours(grants, start, end, now).items():
+        granted[(ns_of_grant[ns_id], resource)] += hours
+    used: dict = defaultdict(lambda: [0.0, 0.0])
+    if start < now and ns_team:
+        attribution = attribute(None, now)
+        for key, (a, b) in used_totals(start, end, attribution, now).items():
+            team_id = ns_team.get(key)
+            if team_id is not None:
+                used[team_id][0] += a
+                used[team_id][1] += b
+    rows = []
+    for team in teams:
+        resources = {r for (t, r) in granted if t == team.pk}
+        if team.pk in used:
+            resources.add(GPU_RESOURCE)
+        for resource in sorted(resources, key=lambda r: (r != GPU_RESOURCE, r)):
+            measured = resource == GPU_RESOURCE
+            a, b = used.get(team.pk, (0.0, 0.0))
+            rows.append(
+                ShowbackRow(
+                    team=by_id[team.pk],
+                    resource=resource,
+                    granted_hours=granted.get((team.pk, resource), 0.0),
+                    allocated_hours=a if measured else None,
+                    busy_hours=b if measured else None,
+                )
+            )
+    return rows

@@ -1,0 +1,48 @@
+"""Beat tasks: hourly rollup of GPU history, and expiry of history and idempotency keys.
+
+Stale GPUs need no task: ingest stores ``stale_after`` (portal clock + 3 report intervals)
+on every ``GpuState`` and ``NodeTelemetry`` row, and ``GpuState.objects.stale()`` compares
+it with the clock.
+
+Beat entries (portal/settings.py ``CELERY_BEAT_SCHEDULE``)::
+
+    "telemetry-rollup": {"task": "telemetry.tasks.rollup_history",
+                         "schedule": timedelta(minutes=10)},
+    "telemetry-expire": {"task": "telemetry.tasks.expire_history",
+                         "schedule": timedelta(minutes=10)},
+"""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+
+from . import retention
+
+log = logging.getLogger(__name__)
+
+
+@shared_task(ignore_result=True)
+def rollup_history() -> int:
+    """Recompute the hourly points of the last closed hours from the 5-minute points."""
+    rows = retention.rollup_hours()
+    log.info("telemetry rollup: %d hourly points written", rows)
+    return rows
+
+
+@shared_task(ignore_result=True)
+def expire_history() -> dict[str, int]:
+    """Delete expired 5-minute / hourly points and idempotency keys older than 2 hours."""
+    expired = retention.expire()
+    log.info(
+        "telemetry expiry: %d 5-minute points, %d hourly points, %d report keys deleted",
+        expired.five_minute,
+        expired.hourly,
+        expired.report_keys,
+    )
+    return {
+        "five_minute": expired.five_minute,
+        "hourly": expired.hourly,
+        "report_keys": expired.report_keys,
+    }

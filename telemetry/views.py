@@ -1,0 +1,366 @@
+"""Telemetry pages: fleet and team dashboards, idle allocations, health signals, showback.
+
+Thin views over ``insight`` (attribution, idle, usage now), ``showback`` (GPU-hours per
+month) and ``health`` (signals); every page runs a fixed number of queries whatever the
+number of GPUs. The node page's GPU section and the My teams usage table are partials
+rendered through ``telemetry.templatetags.telemetry``.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections import defaultdict
+from datetime import datetime, timedelta
+
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+from django.utils import timezone
+
+from inventory.models import GPU_RESOURCE, NamespaceUsage, Node
+from quotas.models import Grant, Team, TeamNamespace
+from quotas.scoping import visible_to
+
+from . import health, insight, showback
+from .models import GpuHistory5m, GpuState, NodeTelemetry
+from .sparkline import sparkline
+
+SPARK_STEP = timedelta(minutes=5)
+SPARK_SLOTS = 288  # 24 h
+TOPOLOGY_LEGEND = [
+    ("X", "self"),
+    ("NV#", "NVLink, # links"),
+    ("PIX", "at most one PCIe bridge"),
+    ("PXB", "several PCIe bridges, no host bridge"),
+    ("PHB", "a PCIe host bridge (CPU)"),
+    ("NODE", "PCIe + the interconnect between host bridges of one NUMA node"),
+    ("SYS", "PCIe + the SMP interconnect between NUMA nodes (slowest)"),
+]
+
+
+def _staff_only(user) -> None:
+    if not user.is_staff:
+        raise PermissionDenied("Only portal admins can see this page.")
+
+
+def _chart(series: dict[str, dict[datetime, float | None]], hours: list[datetime]) -> dict:
+    """Chart data for ``telemetry-charts.js`` (uPlot) and the table beside it."""
+    names = sorted(series)
+    return {
+        "x": [int(h.timestamp()) for h in hours],
+        "labels": [h.strftime("%H:%M") for h in hours],
+        "series": [
+            {
+                "label": name,
+                "values": [
+                    None if series[name].get(h) is None else round(series[name][h], 1)
+                    for h in hours
+                ],
+            }
+            for name in names
+        ],
+    }
+
+
+def _hours(now: datetime, count: int = 24) -> list[datetime]:
+    top = now.replace(minute=0, second=0, microsecond=0)
+    return [top - timedelta(hours=count - 1 - i) for i in range(count)]
+
+
+# -- node page section ------------------------------------------------------------------
+
+
+def node_gpu_context(node: Node, show_pods: bool) -> dict:
+    """Everything ``telemetry/_node_gpus.html`` shows for one node; a fixed number of
+    queries whatever its GPU count."""
+    now = timezone.now()
+    # One query when the node has no agent: the node's telemetry row rides along.
+    gpus = list(
+        GpuState.objects.filter(node=node).select_related("node__telemetry").order_by("index")
+    )
+    tele = _telemetry_of(gpus[0].node) if gpus else None
+    if not gpus:
+        return {"tele": None, "cards": [], "signals": [], "show_pods": show_pods}
+    start = (now - timedelta(hours=24)).replace(second=0, microsecond=0)
+    start = start - timedelta(minutes=start.minute % 5) + SPARK_STEP
+    util: dict = defaultdict(dict)
+    mem: dict = defaultdict(dict)
+    temp: dict = defaultdict(dict)
+    rows = GpuHistory5m.objects.filter(gpu__node=node, bucket__gte=start).values_list(
+        "gpu_id", "bucket", "util_sum", "util_n", "mem_used_sum", "mem_n", "temp_max"
+    )
+    totals = {g.pk: g.memory_total_mib for g in gpus}
+    for gpu_id, bucket, us, un, ms, mn, tmax in rows:
+        if un:
+            util[gpu_id][bucket] = us / un
+        if mn and totals.get(gpu_id):
+            mem[gpu_id][bucket] = 100 * ms / mn / totals[gpu_id]
+        if tmax is not None:
+            temp[gpu_id][bucket] = tmax
+    cards = []
+    for g in gpus:
+        processes = [
+            {
+                "pid": p.get("pid"),
+                "memory": p.get("used_memory_mib"),
+                "pod": p.get("pod") if show_pods else None,
+                "namespace": (p.get("pod") or "").partition("/")[0] or None,
+                "mig_uuid": p.get("mig_uuid"),
+            }
+            for p in g.processes or []
+        ]
+        cards.append(
+            {
+                "gpu": g,
+                "stale": g.is_stale,
+                "processes": processes,
+                "util": sparkline(util[g.pk], start, SPARK_STEP, SPARK_SLOTS),
+                "mem": sparkline(mem[g.pk], start, SPARK_STEP, SPARK_SLOTS),
+                "temp": sparkline(temp[g.pk], start, SPARK_STEP, SPARK_SLOTS, top=100),
+            }
+        )
+    topology = None
+    if tele and tele.topology:
+        n = len(tele.topology)
+        topology = {
+            "headers": [f"GPU{i}" for i in range(n)],
+            "rows": [(f"GPU{i}", row) for i, row in enumerate(tele.topology)],
+        }
+    return {
+        "tele": tele,
+        "cards": cards,
+        "topology": topology,
+        "legend": TOPOLOGY_LEGEND,
+        "signals": health.node_signals(node, gpus, tele, show_pods),
+        "show_pods": show_pods,
+        "now": now,
+    }
+
+
+def _telemetry_of(node: Node) -> NodeTelemetry | None:
+    try:
+        return node.telemetry
+    except NodeTelemetry.DoesNotExist:
+        return None
+
+
+# -- My teams partial --------------------------------------------------------------------
+
+
+def team_usage_context(rows) -> dict:
+    teams = [r["team"] if isinstance(r, dict) else r for r in rows]
+    return {
+        "rows": insight.team_rows(teams) if teams else [],
+        "threshold": insight.idle_threshold_pct(),
+    }
+
+
+# -- fleet ------------------------------------------------------------------------------
+
+
+@login_required
+def fleet(request: HttpRequest) -> HttpResponse:
+    now = timezone.now()
+    hours = _hours(now)
+    series = insight.product_series(now, 24)
+    chart = _chart(
+        {p: {h: (s / n if n else None) for h, (s, n) in pts.items()} for p, pts in series.items()},
+        hours,
+    )
+    products = insight.product_rows(now)
+    teams = list(visible_to(Team.objects.all(), request.user, "pk"))
+    team_rows = insight.team_rows(teams, now)
+    reporting = NodeTelemetry.objects.filter(node__gone_at__isnull=True)
+    return render(
+        request,
+        "telemetry/fleet.html",
+        {
+            "chart": chart,
+            "products": products,
+            "team_rows": team_rows,
+            "threshold": insight.idle_threshold_pct(),
+            "window_h": insight.idle_window().total_seconds() / 3600,
+            "nodes_reporting": reporting.filter(stale_after__gte=now).count(),
+            "nodes_stale": reporting.filter(stale_after__lt=now).count(),
+            "gpus_total": GpuState.objects.count(),
+            "gpus_lost": GpuState.objects.filter(lost=True).count(),
+        },
+    )
+
+
+# -- team -------------------------------------------------------------------------------
+
+
+@login_required
+def team(request: HttpRequest, slug: str) -> HttpResponse:
+    team = get_object_or_404(visible_to(Team.objects.all(), request.user, "pk"), slug=slug)
+    now = timezone.now()
+    namespaces = list(TeamNamespace.objects.filter(team=team).select_related("cluster"))
+    keys = {(ns.cluster_id, ns.name) for ns in namespaces}
+    node_ids = (
+        list(insight._nodes_with_pods_of(keys).values_list("node_id", flat=True)) if keys else []
+    )
+    attribution = insight.attribute(node_ids, now)
+    held = insight.held_and_busy(attribution, now)
+    granted: dict = defaultdict(int)
+    for g in Grant.objects.active_at(now).filter(namespace__team=team, resource=GPU_RESOURCE):
+        granted[g.namespace_id] += g.amount
+    requested = {
+        (c, n): r
+        for c, n, r in NamespaceUsage.objects.filter(
+            resource=GPU_RESOURCE,
+            cluster_id__in={c for c, _ in keys},
+            namespace__in={n for _, n in keys},
+        ).values_list("cluster_id", "namespace", "requested")
+    }
+    ns_rows = []
+    for ns in namespaces:
+        key = (ns.cluster_id, ns.name)
+        h, b = held.get(key, (0.0, 0.0))
+        ns_rows.append(
+            {
+                "ns": ns,
+                "row": insight.UsageRow(
+                    label=ns.name,
+                    granted=granted.get(ns.pk, 0),
+                    requested=requested.get(key, 0),
+                    held=h,
+                    busy=b,
+                ),
+            }
+        )
+    hours = _hours(now)
+    used = showback.used_hours(hours[0], now, attribution, now=now) if keys else {}
+    by_hour_alloc: dict = defaultdict(float)
+    by_hour_busy: dict = defaultdict(float)
+    for key in keys:
+        for hour, (a, b) in used.get(key, {}).items():
+            by_hour_alloc[hour] += a
+            by_hour_busy[hour] += b
+    chart = _chart(
+        {
+            "Utilisation of held GPUs (%)": {
+                h: 100 * by_hour_busy[h] / by_hour_alloc[h]
+                for h in by_hour_alloc
+                if by_hour_alloc[h]
+            },
+        },
+        hours,
+    )
+    month, start, end = showback.parse_month(None, now)
+    month_rows = showback.showback([team], start, end, now)
+    idle = insight.idle_allocations(now=now, namespaces=keys)
+    return render(
+        request,
+        "telemetry/team.html",
+        {
+            "team": team,
+            "ns_rows": ns_rows,
+            "chart": chart,
+            "idle": idle,
+            "show_pods": True,  # the team's own pods
+            "month": month,
+            "month_rows": month_rows,
+            "threshold": insight.idle_threshold_pct(),
+            "window_h": insight.idle_window().total_seconds() / 3600,
+        },
+    )
+
+
+# -- admin lists ----------------------------------------------------------------------------
+
+
+@login_required
+def idle(request: HttpRequest) -> HttpResponse:
+    _staff_only(request.user)
+    allocations = insight.idle_allocations()
+    nodes = Node.objects.filter(pk__in={a.node.pk for a in allocations}).select_related("cluster")
+    by_id = {n.pk: n for n in nodes}
+    for a in allocations:
+        a.node = by_id.get(a.node.pk, a.node)
+    return render(
+        request,
+        "telemetry/idle.html",
+        {
+            "allocations": allocations,
+            "gpus": sum(a.gpus for a in allocations),
+            "threshold": insight.idle_threshold_pct(),
+            "window_h": insight.idle_window().total_seconds() / 3600,
+        },
+    )
+
+
+@login_required
+def health_list(request: HttpRequest) -> HttpResponse:
+    _staff_only(request.user)
+    signals = health.fleet_signals()
+    groups: dict = defaultdict(list)
+    for s in signals:
+        groups[s.code].append(s)
+    ordered = [
+        {"code": code, "title": title, "signals": groups[code]}
+        for code, title in health.CODES.items()
+    ]
+    return render(
+        request,
+        "telemetry/health.html",
+        {"groups": ordered, "total": len(signals)},
+    )
+
+
+# -- showback -----------------------------------------------------------------------------
+
+
+def _showback_rows(request: HttpRequest):
+    try:
+        month, start, end = showback.parse_month(request.GET.get("month"))
+    except showback.BadMonth as err:
+        raise Http404(str(err)) from err
+    teams = visible_to(Team.objects.all(), request.user, "pk")
+    return month, start, end, showback.showback(teams, start, end)
+
+
+@login_required
+def showback_page(request: HttpRequest) -> HttpResponse:
+    month, start, end, rows = _showback_rows(request)
+    now = timezone.now()
+    return render(
+        request,
+        "telemetry/showback.html",
+        {
+            "month": month,
+            "months": showback.month_choices(now),
+            "start": start,
+            "end": end,
+            "partial": start <= now < end,
+            "rows": rows,
+            "total_granted": sum(r.granted_hours for r in rows if r.resource == GPU_RESOURCE),
+            "total_allocated": sum(r.allocated_hours or 0 for r in rows),
+            "total_busy": sum(r.busy_hours or 0 for r in rows),
+        },
+    )
+
+
+@login_required
+def showback_csv(request: HttpRequest) -> HttpResponse:
+    month, _, _, rows = _showback_rows(request)
+    response = HttpResponse(content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="showback-{month}.csv"'
+    writer = csv.writer(response)
+    writer.writerow(
+        ["month", "team", "resource", "granted_gpu_hours", "allocated_gpu_hours", "busy_gpu_hours"]
+    )
+    for r in rows:
+        d = r.as_dict()
+        writer.writerow(
+            [
+                month,
+                d["team"],
+                d["resource"],
+                f"{d['granted_gpu_hours']:.3f}",
+                "" if d["allocated_gpu_hours"] is None else f"{d['allocated_gpu_hours']:.3f}",
+                "" if d["busy_gpu_hours"] is None else f"{d['busy_gpu_hours']:.3f}",
+            ]
+        )
+    return response
