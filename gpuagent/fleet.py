@@ -67,7 +67,16 @@ def mig_for(spec: dict[str, Any], prod_name: str, gpus: int) -> dict[int, list[s
             if entry is not None:
                 out[i] = [name for name, n in entry.items() for _ in range(int(n))]
         return out
-    return mig_layout(prod, str(spec.get("config", "all-disabled")), gpus)
+    config = str(spec.get("config", "all-disabled"))
+    try:
+        return mig_layout(prod, config, gpus)
+    except ValueError:
+        # A custom mig-parted config the fake cannot know: simulate MIG off rather than
+        # stop the whole fleet.
+        log.warning(
+            "fake fleet: unknown MIG config %r for %s; simulating MIG off", config, prod_name
+        )
+        return {}
 
 
 @dataclass

@@ -62,3 +62,10 @@ def test_fleet_posts_a_valid_report_per_node(portal, tmp_path):
     hot = [g for r in latest.values() for g in r["gpus"] if (g["temperature_c"] or 0) >= 85]
     assert len(hot) == 1  # exactly one hot GPU in the fleet
     assert latest["l40s-00"]["topology"][0][1] == "PIX"
+
+
+def test_an_unknown_mig_config_simulates_mig_off_instead_of_failing():
+    from gpuagent.fleet import mig_for
+
+    assert mig_for({"config": "portal-custom-x"}, "NVIDIA-A100-SXM4-80GB", 8) == {}
+    assert mig_for({"config": "all-1g.10gb"}, "NVIDIA-A100-SXM4-80GB", 2)[0] == ["1g.10gb"] * 7
