@@ -128,9 +128,14 @@ class Fleet:
                 "mig": mig,
                 "driver_version": cfg.get("driver_version", "550.107.02"),
             }
+            try:
+                nvml = FakeNvml(scenario)
+            except ValueError as err:  # one odd node must not stop the whole fleet
+                log.warning("fake fleet: skipping %s: %s", name, err)
+                continue
             token = str(cfg.get("token", ""))
             sender = Sender(url, lambda t=token: t, timeout_s=5)
-            agent = Agent(FakeNvml(scenario), name, sender, interval_s=interval_s)
+            agent = Agent(nvml, name, sender, interval_s=interval_s)
             nodes.append(FleetNode(name, agent, due=start + interval_s * k / max(1, len(names))))
         return cls(nodes, workers=workers)
 

@@ -69,3 +69,14 @@ def test_an_unknown_mig_config_simulates_mig_off_instead_of_failing():
 
     assert mig_for({"config": "portal-custom-x"}, "NVIDIA-A100-SXM4-80GB", 8) == {}
     assert mig_for({"config": "all-1g.10gb"}, "NVIDIA-A100-SXM4-80GB", 2)[0] == ["1g.10gb"] * 7
+
+
+def test_a_node_of_an_unknown_product_is_skipped_not_fatal():
+    from gpuagent.fleet import Fleet
+
+    spec = {
+        "good": {"token": "t1", "product": "NVIDIA-H100-80GB-HBM3", "gpus": 2},
+        "odd": {"token": "t2", "product": "NVIDIA-Unknown-9000", "gpus": 2},
+    }
+    fleet = Fleet.from_spec(spec, "http://127.0.0.1:9")
+    assert [n.name for n in fleet.nodes] == ["good"]

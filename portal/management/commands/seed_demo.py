@@ -84,7 +84,7 @@ class Command(BaseCommand):
             _, raw = tokens.issue(node, created_by=admin, name="demo-fleet")
             fleet[node.name] = {
                 "token": raw,
-                "product": node.gpu_product,
+                "product": node.base_product,  # the physical GPU, without -SHARED
                 "gpus": node.gpu_count,
                 "mig": {"config": node.mig_config} if node.mig_config else {},
             }
