@@ -86,6 +86,7 @@ class Command(BaseCommand):
                 "token": raw,
                 "product": node.base_product,  # the physical GPU, without -SHARED
                 "gpus": node.gpu_count,
+                "driver_version": node.driver_version or "550.107.02",
                 "mig": {"config": node.mig_config} if node.mig_config else {},
             }
         path = settings.DATA_DIR / "agent-tokens.json"
