@@ -39,23 +39,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.common import database_url, fresh_database  # noqa: E402
+from bench.common import database_url, free_port, fresh_database, log  # noqa: E402
 
 BENCH_DB = "portal_bench_ingest"
 TABLES = ["telemetry_agentreport", "telemetry_nodetelemetry", "telemetry_gpustate",
           "telemetry_gpuhistory5m"]  # fmt: skip
 MAX_AGENTS = 20_000
 MAX_SECONDS = 600
-
-
-def log(msg: str) -> None:
-    print(f"[bench] {msg}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def bench_env(conn_max_age: int) -> dict[str, str]:

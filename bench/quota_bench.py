@@ -23,7 +23,6 @@ import json
 import os
 import random
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -36,20 +35,10 @@ from queue import Empty, Queue
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.common import database_url, fresh_database  # noqa: E402
+from bench.common import database_url, free_port, fresh_database, log  # noqa: E402
 
 BENCH_DB = "portal_bench_quota"
 GPU = "nvidia.com/gpu"
-
-
-def log(msg: str) -> None:
-    print(f"[bench] {msg}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def bench_env() -> dict[str, str]:

@@ -32,13 +32,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.common import database_url, fresh_database  # noqa: E402
+from bench.common import database_url, fresh_database, log  # noqa: E402
 
 BENCH_DB = "portal_bench"
-
-
-def log(msg: str) -> None:
-    print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
 
 def peak_rss_mb() -> float:

@@ -22,7 +22,7 @@ from inventory.models import GPU_RESOURCE, Cluster, GpuPod, Node, NodeResource
 from quotas import audit
 from quotas.capacity import headroom
 from quotas.models import CapacityLock, Team, TeamNamespace
-from quotas.services import check_may_file, is_manager
+from quotas.services import check_may_file, clean_reason, is_manager
 
 from . import catalog, layout, migparted
 from .models import MigRequest, MigStep, TransitionError
@@ -331,9 +331,7 @@ def approve(req: MigRequest, by, *, node: Node, drain_policy: str, note: str = "
 def reject(req: MigRequest, by, reason: str) -> MigRequest:
     if not by.is_staff:
         raise PermissionError("Only portal admins reject MIG requests.")
-    reason = (reason or "").strip()
-    if not reason:
-        raise ValidationError({"reason": "Say why the request is rejected."})
+    reason = clean_reason(reason)
     req = MigRequest.objects.select_for_update(of=("self",)).select_related("team").get(pk=req.pk)
     before = req.status
     req.reject(by, reason[:2000])

@@ -312,13 +312,19 @@ def approve(
     return req
 
 
+def clean_reason(reason: str | None) -> str:
+    """A rejection must say why (the requester reads it); at most 2,000 characters."""
+    reason = (reason or "").strip()
+    if not reason:
+        raise ValidationError({"reason": "Say why the request is rejected."})
+    return reason[:2000]
+
+
 @transaction.atomic
 def reject(req: QuotaRequest, by, reason: str) -> QuotaRequest:
     if not by.is_staff:
         raise PermissionError("Only portal admins reject requests.")
-    reason = (reason or "").strip()
-    if not reason:
-        raise ValidationError({"reason": "Say why the request is rejected."})
+    reason = clean_reason(reason)
     req = QuotaRequest.objects.select_for_update().get(pk=req.pk)
     req.decided_by, req.decided_at, req.decision_note = by, timezone.now(), reason[:2000]
     req.save(update_fields=["decided_by", "decided_at", "decision_note"])

@@ -38,6 +38,11 @@ def researcher(db):
     return get_user_model().objects.create_user("rob", "rob@example.com", "pw-researcher-1")
 
 
+def api_for(user) -> APIClient:
+    """An API client authenticated with a fresh personal token of ``user``."""
+    return _token_client(user)
+
+
 def _token_client(user) -> APIClient:
     _, raw = ApiToken.issue(user, "test")
     client = APIClient()

@@ -8,10 +8,9 @@ happen, so nothing talks to a cluster here (tests/mig/test_coordinator.py does).
 from __future__ import annotations
 
 import pytest
-from rest_framework.test import APIClient
 
 from mig.models import MigRequest
-from portal.models import ApiToken
+from tests.conftest import api_for
 from tests.factories import make_cluster, make_node, make_pod
 from tests.quotas.builders import make_namespace, make_team, make_user
 
@@ -19,13 +18,6 @@ pytestmark = pytest.mark.django_db
 
 URL = "/api/v1/mig-requests/"
 WHY = "Serving many small models on slices."
-
-
-def api_for(user) -> APIClient:
-    _, raw = ApiToken.issue(user, "test")
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
-    return client
 
 
 @pytest.fixture

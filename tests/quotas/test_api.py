@@ -17,11 +17,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
-from rest_framework.test import APIClient
 
-from portal.models import ApiToken
 from quotas import audit
 from quotas.models import AuditEvent, Operation, OperationAttempt, QuotaRequest
+from tests.conftest import api_for
 from tests.factories import make_cluster, make_node
 from tests.quotas.builders import make_grant, make_namespace, make_team, make_user
 
@@ -29,13 +28,6 @@ pytestmark = pytest.mark.django_db
 
 GPU = "nvidia.com/gpu"
 WHY = "Training the detector for the spring paper."
-
-
-def api_for(user) -> APIClient:
-    _, raw = ApiToken.issue(user, "test")
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
-    return client
 
 
 @pytest.fixture
