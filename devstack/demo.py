@@ -246,6 +246,7 @@ def _bring_up(
     )
     schedule = str(data / "celerybeat-schedule")
     sup.start("beat", [*celery, "beat", "-l", "INFO", "-s", schedule], env=env, cwd=REPO_ROOT)
+    sup.start("watch", [py, "manage.py", "watch_inventory"], env=env, cwd=REPO_ROOT)
     if sup.wait_until(lambda: port_answers(port), timeout=60):
         tokens = data / "agent-tokens.json"
         if tokens.exists():  # seed_demo wrote one token per GPU node of the demo cluster

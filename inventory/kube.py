@@ -23,6 +23,7 @@ from django.conf import settings
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
+from kubernetes.watch.watch import iter_resp_lines
 
 from .models import Cluster
 
@@ -215,6 +216,52 @@ class KubeGateway:
             )
             if not token:
                 return
+
+    def list_resource_version(self, kind: str) -> str:
+        """The current resourceVersion of a list (one item asked for): where a watch starts."""
+        page = next(self.list_pages(kind, limit=1))
+        return page.resource_version
+
+    def watch(
+        self, kind: str, resource_version: str, *, timeout_seconds: int = 60
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Yield (event type, raw object) of ``nodes`` changes after ``resource_version``.
+
+        Ends when the server closes the stream (``timeout_seconds``). An ERROR event with
+        410 Gone (the version is too old) raises ``KubeError(expired)``: relist, then
+        watch again. Bookmarks are passed through so callers can advance their version.
+        """
+        fn = {"nodes": self.core.list_node}[kind]
+        try:
+            response = fn(
+                watch=True,
+                resource_version=resource_version,
+                allow_watch_bookmarks=True,
+                timeout_seconds=timeout_seconds,
+                _preload_content=False,
+                _request_timeout=(self.timeout, timeout_seconds + 10),
+            )
+        except ApiException as err:
+            raise KubeError.from_api_exception(err) from err
+        except (urllib3.exceptions.HTTPError, OSError) as err:
+            raise KubeError(f"Cannot reach the API server: {err}") from err
+        try:
+            for line in iter_resp_lines(response):
+                event = json.loads(line)
+                obj = event.get("object") or {}
+                if event.get("type") == "ERROR":
+                    code = obj.get("code")
+                    raise KubeError(
+                        f"watch error: {obj.get('message', obj)}",
+                        status=code,
+                        reason=obj.get("reason", ""),
+                        permanent=False,
+                    )
+                yield event.get("type", ""), obj
+        except (urllib3.exceptions.HTTPError, OSError) as err:
+            raise KubeError(f"watch stream broken: {err}") from err
+        finally:
+            response.release_conn()
 
     def get_node(self, name: str) -> dict[str, Any]:
         return self._json(self.core.read_node, name)

@@ -167,8 +167,8 @@ class _Writer:
     raised to the sync at the next submit, ``drain`` or ``close``.
     """
 
-    def __init__(self) -> None:
-        self.threaded = not connection.in_atomic_block
+    def __init__(self, *, inline: bool = False) -> None:
+        self.threaded = not inline and not connection.in_atomic_block
         self.error: BaseException | None = None
         if self.threaded:
             self.queue: queue.Queue[Callable[[], None] | None] = queue.Queue(maxsize=4)
@@ -248,6 +248,27 @@ class _cluster_lock:
     def __exit__(self, *exc: object) -> None:
         with connection.cursor() as cur:
             cur.execute("SELECT pg_advisory_unlock(%s)", [self.key])
+
+
+def apply_node_changes(cluster: Cluster, changed: list[dict], deleted: list[str]) -> int:
+    """Write nodes seen on a watch between full syncs; returns the rows written.
+
+    The same diff as a full sync (an unchanged node costs nothing); a deleted node is
+    marked gone. What pods request on nodes is left to the next full sync.
+    """
+    stats = SyncStats()
+    syncer = _Syncer(cluster, gw=None, stats=stats, page_size=0, progress=None)  # type: ignore[arg-type]
+    syncer.writer = _Writer(inline=True)
+    if changed:
+        syncer._node_page(ListPage(items=changed, resource_version="", continue_token=None,
+                                   remaining=None))  # fmt: skip
+    if deleted:
+        now = timezone.now()
+        gone = Node.objects.filter(cluster=cluster, name__in=deleted, gone_at__isnull=True).update(
+            gone_at=now, last_changed_at=now
+        )
+        stats.written(updated=gone)
+    return stats.created + stats.updated + stats.deleted
 
 
 class _Syncer:

@@ -1,0 +1,55 @@
+"""Node changes reach the inventory through a watch between full syncs (real HTTP stream)."""
+
+import json
+import threading
+
+import pytest
+
+from inventory.models import Node, NodeResource
+from inventory.sync import apply_node_changes, sync_cluster
+from inventory.watch import watch_cluster
+from tests.conftest import wait_for
+from tests.inventory.test_sync import node_body
+
+GPU = "nvidia.com/gpu"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_watch_brings_label_cordon_allocatable_and_deletion_changes(sim, sim_api, sim_cluster):
+    sim_api.create_node(node_body("gpu-0"))
+    sim_api.create_node(node_body("gpu-1"))
+    assert sync_cluster(sim_cluster).status == "succeeded"
+    stop = threading.Event()
+    thread = threading.Thread(target=watch_cluster, args=(sim_cluster, stop),
+                              kwargs={"timeout_s": 2, "backoff_s": 0.2})  # fmt: skip
+    thread.start()
+    try:
+        wait_for(lambda: thread.is_alive())
+        sim_api.patch_node("gpu-0", {"metadata": {"labels": {"nvidia.com/mig.config": "x"}}})
+        sim_api.patch_node("gpu-0", {"spec": {"unschedulable": True}})
+        sim_api.patch_node_status("gpu-1", {"status": {"allocatable": {GPU: "5"}}})
+        sim_api.create_node(node_body("gpu-2", product="NVIDIA-H200"))
+        wait_for(lambda: Node.objects.get(name="gpu-0").unschedulable, timeout=10)
+        assert Node.objects.get(name="gpu-0").mig_config == "x"
+        wait_for(
+            lambda: NodeResource.objects.get(node__name="gpu-1", resource=GPU).allocatable == 5,
+            timeout=10,
+        )
+        wait_for(lambda: Node.objects.filter(name="gpu-2", gpu_product="NVIDIA-H200").exists())
+        sim_api.delete_node("gpu-1")
+        wait_for(lambda: Node.objects.get(name="gpu-1").gone_at is not None, timeout=10)
+    finally:
+        stop.set()
+        thread.join(15)
+    assert not thread.is_alive()
+
+
+@pytest.mark.django_db
+def test_an_unchanged_node_from_a_watch_writes_nothing(sim, sim_api, sim_cluster):
+    sim_api.create_node(node_body("gpu-0"))
+    sync_cluster(sim_cluster)
+    obj = json.loads(sim_api.read_node("gpu-0", _preload_content=False).data)  # raw, as watched
+    assert apply_node_changes(sim_cluster, [obj], []) == 0
+    obj["metadata"]["labels"]["team"] = "vision"
+    assert apply_node_changes(sim_cluster, [obj], []) == 1
+    assert Node.objects.get(name="gpu-0").labels["team"] == "vision"
