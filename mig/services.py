@@ -263,31 +263,55 @@ def _start(req: MigRequest) -> None:
     transaction.on_commit(lambda: dispatch(req.pk))
 
 
-def _check_whole_gpu_capacity(req: MigRequest, node: Node) -> None:
-    """Refuse to turn whole GPUs into MIG slices that grants still count on.
+def _pools_shrinking(req: MigRequest, node: Node, product: catalog.Product) -> dict[str, int]:
+    """How much of each resource the node stops advertising once the run is done.
 
-    After the run the node advertises fewer ``nvidia.com/gpu``; if the grants of the
-    cluster reserve more than the smaller pool allows, quotas would promise GPUs that no
-    longer exist. Locks the pool like a quota approval does.
+    From the node's current per-GPU layouts where the portal knows them (a stock or
+    portal config, or GFD counts); else only the whole GPUs the run turns into slices.
     """
-    row = NodeResource.objects.filter(node=node, resource=GPU_RESOURCE).first()
-    converted = min(req.gpus, row.allocatable if row else 0)
-    if not converted:
-        return
-    lock, _ = CapacityLock.objects.get_or_create(cluster=node.cluster, resource=GPU_RESOURCE)
-    CapacityLock.objects.select_for_update().get(pk=lock.pk)
-    room = headroom(node.cluster, GPU_RESOURCE, timezone.now(), None)
-    left = math.floor((room.allocatable - converted) * room.ratio)
-    if room.reserved > left:
-        raise ValidationError(
-            {
-                "node": (
-                    f"Turning {converted} whole GPUs of {node.name} into MIG slices leaves "
-                    f"{left} {GPU_RESOURCE} on {node.cluster.slug} for the {room.reserved} "
-                    "that grants reserve; end or shrink whole-GPU grants first."
-                )
-            }
-        )
+    from .drawing import current_layouts  # drawing uses this module's helpers
+
+    devices = devices_for(node, req.gpus)
+    indexes = list(range(node.gpu_count)) if devices == "all" else list(devices)
+    strategy = node_strategy(node)
+    layouts, _ = current_layouts(node, product)
+    if layouts is None:
+        row = NodeResource.objects.filter(node=node, resource=GPU_RESOURCE).first()
+        return {GPU_RESOURCE: min(req.gpus, row.allocatable if row else 0)}
+    before: Counter[str] = Counter()
+    for i in indexes:
+        current = layouts[i] if i < len(layouts) else None
+        if current is None:  # MIG off on that GPU: one whole GPU
+            before[GPU_RESOURCE] += 1
+        elif current:
+            before.update(layout.resources_for(product, current, 1, strategy))
+    after = layout.resources_for(product, req.layout, len(indexes), strategy)
+    return {r: n - after.get(r, 0) for r, n in before.items() if n > after.get(r, 0)}
+
+
+def _check_capacity_after(req: MigRequest, node: Node, product: catalog.Product) -> None:
+    """Refuse a run that shrinks a pool below what grants already reserve from it.
+
+    Turning whole GPUs into slices shrinks ``nvidia.com/gpu``; re-laying out MIG GPUs
+    shrinks the old profiles' pools. If grants count on more than a smaller pool allows,
+    quotas would promise devices that no longer exist. Locks each pool like a quota
+    approval does.
+    """
+    for resource, shrink in sorted(_pools_shrinking(req, node, product).items()):
+        lock, _ = CapacityLock.objects.get_or_create(cluster=node.cluster, resource=resource)
+        CapacityLock.objects.select_for_update().get(pk=lock.pk)
+        room = headroom(node.cluster, resource, timezone.now(), None)
+        left = math.floor((room.allocatable - shrink) * room.ratio)
+        if room.reserved > left:
+            raise ValidationError(
+                {
+                    "node": (
+                        f"Reconfiguring {req.gpus} GPUs of {node.name} leaves {left} {resource} "
+                        f"on {node.cluster.slug} for the {room.reserved} that grants reserve; "
+                        "end or shrink those grants first."
+                    )
+                }
+            )
 
 
 @transaction.atomic
@@ -311,7 +335,7 @@ def approve(req: MigRequest, by, *, node: Node, drain_policy: str, note: str = "
     problems = layout_errors_on(req, product, node)
     if problems:
         raise ValidationError({"node": f"Layout invalid on {node.name}: " + " ".join(problems)})
-    _check_whole_gpu_capacity(req, node)
+    _check_capacity_after(req, node, product)
     name = config_name_for(req, node)
     req.approve(by, node=node, drain_policy=drain_policy, strategy=node_strategy(node),
                 config_name=name, note=(note or "").strip()[:2000])  # fmt: skip

@@ -365,3 +365,15 @@ def test_approval_refuses_to_convert_gpus_that_grants_count_on(world):
     grant.amount = total - 2
     grant.save()
     assert _approve(w, _request(w, gpus=2)).status == "approved"
+
+
+def test_relayout_refuses_to_shrink_a_mig_pool_that_grants_count_on(world):
+    w = world
+    first = _run(_approve(w, _request(w)))  # a100-00 GPUs 0-1 -> 3g.40gb x2, granted 4
+    assert first.status == "succeeded" and first.granted == {"nvidia.com/mig-3g.40gb": 4}
+    again = _request(w, layout={"1g.10gb": 7})
+    with pytest.raises(ValidationError) as err:
+        _approve(w, again)
+    assert "leaves 0 nvidia.com/mig-3g.40gb" in err.value.message_dict["node"][0]
+    Grant.objects.filter(resource="nvidia.com/mig-3g.40gb").update(ended_at=timezone.now())
+    assert _approve(w, again).status == "approved"
