@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hmac
 import time
 
 import redis
@@ -166,4 +167,19 @@ REGISTRY.register(IdleGpuCollector())
 @never_cache
 @require_GET
 def metrics(request):
+    """Prometheus metrics. They name teams and namespaces, so outside development they
+    need ``Authorization: Bearer $METRICS_TOKEN`` (or a staff session)."""
+    if not _may_scrape(request):
+        return HttpResponse("Metrics need a bearer token (METRICS_TOKEN).\n", status=401,
+                            content_type="text/plain")  # fmt: skip
     return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)
+
+
+def _may_scrape(request) -> bool:
+    token = settings.METRICS_TOKEN
+    if token:
+        given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        return hmac.compare_digest(given.encode(), token.encode())
+    if request.user.is_authenticated and request.user.is_staff:
+        return True
+    return settings.DEBUG

@@ -229,6 +229,10 @@ KUBE_REQUEST_TIMEOUT = env.float("KUBE_REQUEST_TIMEOUT", default=30.0)
 # The demo cluster's kubeconfig (written by the simulated cluster); used by seed_demo.
 SIM_KUBECONFIG = env.str("SIM_KUBECONFIG", default=str(DATA_DIR / "kubeconfig"))
 
+# Prometheus scrapes /metrics with this bearer token; without one, only development
+# (DEBUG) and staff sessions may read it.
+METRICS_TOKEN = secret("METRICS_TOKEN") or ""
+
 EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
 
 LOGGING = {

@@ -41,11 +41,19 @@ def test_readyz_fails_when_broker_unreachable(client, settings):
     assert r.json()["status"] == "fail" and r.json()["checks"]["broker"] != "ok"
 
 
-def test_metrics_exposes_capacity_and_sync_age(client):
+def scrape(client, settings) -> str:
+    """GET /metrics as Prometheus would, with the scrape token."""
+    settings.METRICS_TOKEN = "scrape-token-for-tests"
+    response = client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-token-for-tests")
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def test_metrics_exposes_capacity_and_sync_age(client, settings):
     c = make_cluster("prod", sync_status=Cluster.SyncStatus.OK, last_success_at=timezone.now())
     make_node(c, "a", resources={"nvidia.com/gpu": (8, 7, 3)})
     make_node(c, "b", resources={"nvidia.com/gpu": (8, 8, 1)})
-    text = client.get("/metrics").content.decode()
+    text = scrape(client, settings)
     labels = 'cluster="prod",product="NVIDIA-A100-SXM4-80GB",resource="nvidia.com/gpu"'
     assert f"portal_gpu_capacity{{{labels}}} 16.0" in text
     assert f"portal_gpu_allocatable{{{labels}}} 15.0" in text
@@ -54,7 +62,7 @@ def test_metrics_exposes_capacity_and_sync_age(client):
     assert 'portal_cluster_sync_age_seconds{cluster="prod"}' in text
 
 
-def test_metrics_expose_quota_and_workflow_gauges(client):
+def test_metrics_expose_quota_and_workflow_gauges(client, settings):
     from quotas.models import Operation, QuotaRequest
     from tests.quotas.builders import make_namespace, make_team, make_user
 
@@ -71,10 +79,23 @@ def test_metrics_expose_quota_and_workflow_gauges(client):
         starts_at=timezone.now(), justification="x" * 20, requested_by=make_user("al"),
     )  # fmt: skip
     Operation.objects.create(namespace=ns, reason="approval", status="failed")
-    text = client.get("/metrics").content.decode()
+    text = scrape(client, settings)
     labels = 'cluster="prod",namespace="ml-vision",resource="nvidia.com/gpu",team="vision"'
     assert f"portal_quota_hard{{{labels}}} 6.0" in text
     assert f"portal_quota_used{{{labels}}} 4.0" in text
     assert "portal_quota_requests_pending 1.0" in text
     assert 'portal_operations{status="failed"} 1.0' in text
     assert 'portal_operations{status="pending"} 0.0' in text
+
+
+def test_metrics_need_the_token_outside_development(client, settings, admin_user):
+    settings.DEBUG = False
+    settings.METRICS_TOKEN = ""
+    assert client.get("/metrics").status_code == 401
+    client.force_login(admin_user)
+    assert client.get("/metrics").status_code == 200  # a staff session may look
+    client.logout()
+    settings.METRICS_TOKEN = "s3cret-scrape-token"
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
+    ok = client.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret-scrape-token")
+    assert ok.status_code == 200 and b"portal_cluster_stale" in ok.content
