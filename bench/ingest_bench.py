@@ -28,7 +28,6 @@ import json
 import os
 import random
 import resource
-import signal
 import socket
 import subprocess
 import sys
@@ -39,7 +38,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.common import database_url, free_port, fresh_database, log  # noqa: E402
+from bench.common import database_url, free_port, fresh_database, log, stop  # noqa: E402
 
 BENCH_DB = "portal_bench_ingest"
 TABLES = ["telemetry_agentreport", "telemetry_nodetelemetry", "telemetry_gpustate",
@@ -56,16 +55,6 @@ def bench_env(conn_max_age: int) -> dict[str, str]:
     env["DEBUG"] = "false"  # DEBUG keeps every query in memory
     env["DB_CONN_MAX_AGE"] = str(conn_max_age)
     return env
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def wait_http(port: int, timeout: float = 60) -> None:

@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import random
-import signal
 import statistics
 import subprocess
 import sys
@@ -35,7 +34,7 @@ from queue import Empty, Queue
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.common import database_url, free_port, fresh_database, log  # noqa: E402
+from bench.common import database_url, free_port, fresh_database, log, stop  # noqa: E402
 
 BENCH_DB = "portal_bench_quota"
 GPU = "nvidia.com/gpu"
@@ -54,15 +53,6 @@ def start(cmd: list[str], env: dict[str, str], name: str, logdir: Path) -> subpr
     out = open(logdir / f"{name}.log", "wb")  # noqa: SIM115 - lives as long as the process
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
                             start_new_session=True)  # fmt: skip
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def wait_http(url: str, timeout: float = 60) -> None:

@@ -22,13 +22,11 @@ from inventory.models import GPU_RESOURCE, Cluster, GpuPod, Node, NodeResource
 from quotas import audit
 from quotas.capacity import headroom
 from quotas.models import CapacityLock, Team, TeamNamespace
-from quotas.services import check_may_file, clean_reason, is_manager
+from quotas.services import check_may_file, clean_justification, clean_reason, is_manager
 
 from . import catalog, layout, migparted
 from .models import MigRequest, MigStep, TransitionError
 
-JUSTIFICATION_MIN = 10
-JUSTIFICATION_MAX = 2000
 STRATEGIES = ("single", "mixed")
 
 Step = MigStep.Name
@@ -155,12 +153,7 @@ def validate(user, data: MigRequestData) -> MigRequestData:
                 problems = _check_layout(product, data.layout, data.gpus, cluster_strategy(nodes))
                 if problems:
                     errors["layout"] = " ".join(problems)
-    text = (data.justification or "").strip()
-    if len(text) < JUSTIFICATION_MIN:
-        errors["justification"] = f"Say why, in at least {JUSTIFICATION_MIN} characters."
-    elif len(text) > JUSTIFICATION_MAX:
-        errors["justification"] = f"At most {JUSTIFICATION_MAX} characters."
-    data.justification = text
+    data.justification = clean_justification(data.justification, errors)
     if errors:
         raise ValidationError(errors)
     return data

@@ -26,6 +26,7 @@ from django.utils.dateparse import parse_datetime
 
 from inventory.kube import KubeError, KubeGateway
 from inventory.models import Cluster, Node
+from portal import outbox
 from quotas import audit
 
 from .models import LabelOperation, LabelSet, NodeLabelState
@@ -380,18 +381,7 @@ def _failed(op: LabelOperation, node, error: str, *, permanent: bool) -> str:
 
 def redispatch_due(now=None) -> int:
     """Re-send due pending operations and reclaim ones whose worker died (lease expired)."""
-    now = now or timezone.now()
-    LabelOperation.objects.filter(status=LabelOperation.Status.RUNNING, lease_until__lt=now).update(
-        status=LabelOperation.Status.PENDING, next_attempt_at=now, lease_until=None
-    )
-    due = list(
-        LabelOperation.objects.filter(
-            status=LabelOperation.Status.PENDING, next_attempt_at__lte=now - timedelta(seconds=5)
-        ).values_list("pk", flat=True)[:500]
-    )
-    for pk in due:
-        dispatch(pk)
-    return len(due)
+    return outbox.redispatch_due(LabelOperation, dispatch, now)
 
 
 # -- drift ----------------------------------------------------------------------------------

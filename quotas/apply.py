@@ -20,6 +20,7 @@ from django.db.models import F, Sum
 from django.utils import timezone
 
 from inventory.kube import KubeError, KubeGateway
+from portal import outbox
 
 from . import audit
 from .capacity import advertised_resources
@@ -220,19 +221,5 @@ def _safe(fn) -> None:
 
 
 def redispatch_due(now=None) -> int:
-    """Re-send due pending operations and reclaim ones whose worker died (lease expired).
-
-    Safe to run any time: a worker claims an operation only with the conditional UPDATE.
-    """
-    now = now or timezone.now()
-    Operation.objects.filter(status=Operation.Status.RUNNING, lease_until__lt=now).update(
-        status=Operation.Status.PENDING, next_attempt_at=now, lease_until=None
-    )
-    due = list(
-        Operation.objects.filter(
-            status=Operation.Status.PENDING, next_attempt_at__lte=now - timedelta(seconds=5)
-        ).values_list("pk", flat=True)[:500]
-    )
-    for pk in due:
-        dispatch(pk)
-    return len(due)
+    """Re-send due pending operations and reclaim ones whose worker died (lease expired)."""
+    return outbox.redispatch_due(Operation, dispatch, now)

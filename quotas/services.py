@@ -136,12 +136,7 @@ def validate(user, data: RequestData, now: datetime | None = None) -> RequestDat
                 errors["amount"] = (
                     f"More than the {total} {data.resource} allocatable on {cluster.slug}."
                 )
-    text = (data.justification or "").strip()
-    if len(text) < JUSTIFICATION_MIN:
-        errors["justification"] = f"Say why, in at least {JUSTIFICATION_MIN} characters."
-    elif len(text) > JUSTIFICATION_MAX:
-        errors["justification"] = f"At most {JUSTIFICATION_MAX} characters."
-    data.justification = text
+    data.justification = clean_justification(data.justification, errors)
     if errors:
         raise ValidationError(errors)
     return data
@@ -310,6 +305,16 @@ def approve(
     )
     notify.decided(req)
     return req
+
+
+def clean_justification(text: str | None, errors: dict[str, str]) -> str:
+    """A request says why, in 10 to 2,000 characters; adds a field error otherwise."""
+    text = (text or "").strip()
+    if len(text) < JUSTIFICATION_MIN:
+        errors["justification"] = f"Say why, in at least {JUSTIFICATION_MIN} characters."
+    elif len(text) > JUSTIFICATION_MAX:
+        errors["justification"] = f"At most {JUSTIFICATION_MAX} characters."
+    return text
 
 
 def clean_reason(reason: str | None) -> str:
