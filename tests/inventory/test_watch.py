@@ -2,6 +2,7 @@
 
 import json
 import threading
+import urllib.request
 
 import pytest
 
@@ -14,6 +15,11 @@ from tests.inventory.test_sync import node_body
 GPU = "nvidia.com/gpu"
 
 
+def sim_stats(sim) -> dict:
+    with urllib.request.urlopen(f"{sim.url}/_sim/stats", timeout=5) as response:
+        return json.load(response)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_watch_brings_label_cordon_allocatable_and_deletion_changes(sim, sim_api, sim_cluster):
     sim_api.create_node(node_body("gpu-0"))
@@ -24,7 +30,9 @@ def test_a_watch_brings_label_cordon_allocatable_and_deletion_changes(sim, sim_a
                               kwargs={"timeout_s": 2, "backoff_s": 0.2})  # fmt: skip
     thread.start()
     try:
-        wait_for(lambda: thread.is_alive())
+        # The watch starts from the list's resourceVersion: change nodes only once the
+        # watcher holds one, as changes before it belong to the next full sync.
+        wait_for(lambda: sim_stats(sim).get("watches", 0) >= 1)
         sim_api.patch_node("gpu-0", {"metadata": {"labels": {"nvidia.com/mig.config": "x"}}})
         sim_api.patch_node("gpu-0", {"spec": {"unschedulable": True}})
         sim_api.patch_node_status("gpu-1", {"status": {"allocatable": {GPU: "5"}}})
