@@ -6,6 +6,7 @@ disappear are marked ``gone_at``, never deleted, so history and foreign keys sur
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import timedelta
 
@@ -19,12 +20,16 @@ GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 
 
+_SHARED_SUFFIX_RE = re.compile(r"-SHARED$", re.IGNORECASE)
+_MIG_SUFFIX_RE = re.compile(r"-MIG-(?:INVALID|[1-9]g\.[0-9]+gb(?:[+.]me)?)$", re.IGNORECASE)
+
+
 def base_product(product: str) -> str:
-    """The GFD product without the time-slicing / MIG-invalid suffix GFD appends."""
-    for suffix in ("-SHARED", "-MIG-INVALID"):
-        if product.endswith(suffix):
-            return product[: -len(suffix)]
-    return product
+    """The physical GPU of a GFD ``gpu.product`` label, without the suffixes GFD appends
+    for sharing: ``-SHARED`` (time-slicing), ``-MIG-<profile>`` (single strategy) and
+    ``-MIG-INVALID``. ``NVIDIA-A100-SXM4-80GB-MIG-1g.10gb-SHARED`` -> ``NVIDIA-A100-SXM4-80GB``.
+    """
+    return _MIG_SUFFIX_RE.sub("", _SHARED_SUFFIX_RE.sub("", product.strip()))
 
 
 def is_gpu_resource(name: str) -> bool:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from inventory.models import base_product
+
 RESOURCE_PREFIX = "nvidia.com/mig-"
 ME_SUFFIX = "+me"
 
@@ -199,8 +201,6 @@ PRODUCTS: dict[str, Product] = {
 
 # GFD appends these to gpu.product: "-SHARED" under time-slicing, "-MIG-<profile>" under the
 # single strategy and "-MIG-INVALID" when that strategy is broken (GPU-FACTS.md section 2).
-_SHARED_SUFFIX_RE = re.compile(r"-SHARED$", re.IGNORECASE)
-_MIG_SUFFIX_RE = re.compile(r"-MIG-(?:INVALID|[1-9]g\.[0-9]+gb(?:[+.]me)?)$", re.IGNORECASE)
 
 
 def _key(name: str) -> str:
@@ -225,8 +225,7 @@ _INDEX = _build_index()
 
 def strip_gfd_suffixes(label: str) -> str:
     """``NVIDIA-A100-SXM4-80GB-MIG-1g.10gb-SHARED`` -> ``NVIDIA-A100-SXM4-80GB``."""
-    label = _SHARED_SUFFIX_RE.sub("", label.strip())
-    return _MIG_SUFFIX_RE.sub("", label)
+    return base_product(label)
 
 
 def resolve_product(name: str) -> Product:

@@ -145,3 +145,19 @@ def test_cpu_pod_is_not_a_gpu_pod():
         "status": {"phase": "Running"},
     }
     assert parse_gpu_pod(pod) is None
+
+
+@pytest.mark.parametrize(
+    ("label", "base"),
+    [
+        ("NVIDIA-L40S-SHARED", "NVIDIA-L40S"),
+        ("NVIDIA-A100-SXM4-80GB-MIG-1g.10gb", "NVIDIA-A100-SXM4-80GB"),
+        ("NVIDIA-A100-SXM4-80GB-MIG-1g.10gb-SHARED", "NVIDIA-A100-SXM4-80GB"),
+        ("NVIDIA-A100-SXM4-40GB-MIG-INVALID", "NVIDIA-A100-SXM4-40GB"),
+        ("NVIDIA-H200", "NVIDIA-H200"),
+    ],
+)
+def test_base_product_strips_every_gfd_sharing_suffix(label, base):
+    from inventory.models import base_product
+
+    assert base_product(label) == base
