@@ -24,6 +24,8 @@ import yaml
 from simcluster.errors import ApiError
 from simcluster.fleet import UNHEALTHY_ANNOTATION, gpu_node_state
 from simcluster.gpu import PRODUCTS, is_mig_label
+from simcluster.patch import MERGE
+from simcluster.resources import RT
 
 if TYPE_CHECKING:
     from simcluster.cluster import SimCluster
@@ -104,8 +106,6 @@ class MigManager:
 
     # ------------------------------------------------------------------ steps
     def _labels(self, name: str, labels: dict[str, str | None]) -> None:
-        from simcluster.cluster import MERGE, RT
-
         body = json.dumps({"metadata": {"labels": labels}}).encode()
         self.cluster.op_patch(RT["nodes"], "", name, "", body, MERGE, {}, "nvidia-mig-manager")
 
@@ -181,8 +181,6 @@ class MigManager:
         return n
 
     def _apply(self, name: str, config: str) -> str | None:
-        from simcluster.cluster import MERGE, RT
-
         phys = self.physical[name]
         busy = self._gpu_pods_on(name)
         if busy:

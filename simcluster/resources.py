@@ -105,6 +105,8 @@ RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("priorityclasses", "PriorityClass", "scheduling.k8s.io", "v1", False, ("pc",)),
 )
 
+RT: dict[str, ResourceType] = {r.name: r for r in RESOURCES}
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 BY_PATH: dict[tuple[str, str], ResourceType] = {(r.group_version, r.name): r for r in RESOURCES}
 GROUP_VERSIONS: dict[str, list[ResourceType]] = {}
 for _r in RESOURCES:
