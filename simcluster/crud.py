@@ -8,6 +8,7 @@ import uuid
 from typing import Any
 
 from simcluster import quota as q
+from simcluster import validation
 from simcluster.errors import ApiError, already_exists, conflict, invalid, not_found
 from simcluster.fleet import now_iso
 from simcluster.patch import (
@@ -98,6 +99,7 @@ class CrudOps:
             meta["uid"] = str(uuid.uuid4())
             meta["creationTimestamp"] = now_iso()
             self._prepare_create(rt, body)
+            validation.validate_create(rt, body)
             self._admit_create(rt, ns, body)
             if managed_fields is not None:
                 meta["managedFields"] = managed_fields
@@ -242,6 +244,7 @@ class CrudOps:
             return rec.raw
         if rt.name in ("pods",) and "spec" in new and sub != "status":
             prepare_pod(new)
+        validation.validate_update(rt, old, new, sub)
         if params.get("dryRun"):
             return _dumps(new)
         out = self.store.put(rt.name, new, "MODIFIED")

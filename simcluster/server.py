@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
+from simcluster import context
 from simcluster.errors import ApiError, status_body
 from simcluster.faults import Faults
 from simcluster.patch import load_body
@@ -108,6 +109,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache, private")
         if code == 429:
             self.send_header("Retry-After", "1")
+        for message in context.current().warnings:
+            self.send_header("Warning", warning_header(message))
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
@@ -145,6 +148,7 @@ class Handler(BaseHTTPRequestHandler):
             self._count("faults.errors")
             self._send_error(Faults.error_for(decision.error_code))
             return
+        context.begin()
         try:
             self._route(method, path, params, body)
         except ApiError as err:
@@ -154,6 +158,8 @@ class Handler(BaseHTTPRequestHandler):
         except Exception as exc:
             log.exception("internal error on %s %s", method, self.path)
             self._send_error(ApiError(500, f"simcluster internal error: {exc}"))
+        finally:
+            context.end()
 
     # ------------------------------------------------------------- control
     def _control(self, method: str, path: str) -> None:
@@ -477,6 +483,12 @@ class Handler(BaseHTTPRequestHandler):
                 next_bookmark = time.monotonic() + interval
             if closed:
                 return
+
+
+def warning_header(message: str) -> str:
+    """``299 - "text"``: the API server's warning header (RFC 7234 warn-code 299)."""
+    text = message.replace("\\", "\\\\").replace('"', '\\"')
+    return f'299 - "{text}"'
 
 
 def _gone_event(rv: int, oldest: int) -> bytes:
