@@ -23,15 +23,19 @@ import time
 from pathlib import Path
 from typing import Any
 
+from simcluster.auth import Authenticator, token_request
+from simcluster.controllers import ControllerOps
 from simcluster.crud import CrudOps
 from simcluster.errors import not_found
 from simcluster.faults import Faults
 from simcluster.fleet import Fleet, load_fleet, namespace_object, now_iso
 from simcluster.kubeconfig import write_kubeconfig
 from simcluster.lists import ListOps
+from simcluster.manifests import apply_file
 from simcluster.patch import MERGE
-from simcluster.pods import PodOps
+from simcluster.pods import PodOps, phase_status, started_pods
 from simcluster.quotactl import QuotaOps
+from simcluster.rbac import Authorizer, install_bootstrap
 from simcluster.resources import BY_PATH, RESOURCES, RT, SYSTEM_NAMESPACES, ResourceType
 from simcluster.ssa import record_update
 from simcluster.store import Record, Store
@@ -43,7 +47,7 @@ def _dumps(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
 
 
-class SimCluster(CrudOps, ListOps, PodOps, QuotaOps):
+class SimCluster(CrudOps, ListOps, PodOps, QuotaOps, ControllerOps):
     """An in-memory Kubernetes API server with GPU nodes, served over HTTP."""
 
     def __init__(
@@ -54,22 +58,45 @@ class SimCluster(CrudOps, ListOps, PodOps, QuotaOps):
         history_size: int = 10_000,
         token: str | None = None,
         mig_step_s: float = 0.2,
-        bookmark_interval_s: float = 5.0,
+        bookmark_interval_s: float = 60.0,  # the watch cache: about once a minute
+        quota_sync_s: float = 0.1,
+        quota_resync_s: float = 300.0,
+        pdb_sync_s: float = 0.1,
+        namespace_sync_s: float = 5.0,
+        pod_stop_s: float = 1.0,
+        lease_renew_s: float = 10.0,
+        podgc_quarantine_s: float = 40.0,
     ) -> None:
         self.store = Store(history_size)
         self.faults = Faults()
         self.continue_ttl = continue_ttl
-        self.token = token
+        # authentication is always on: the admin token is random unless given (auth.py)
+        self.authn = Authenticator(self, token)
+        self.token: str = self.authn.admin_token
+        self.authz = Authorizer(self)
         self.bookmark_interval_s = bookmark_interval_s
         self.name = fleet.name if fleet else "simcluster"
         self.started_at = time.time()
         self._server: Any = None
         self._thread: threading.Thread | None = None
         self.url = ""
+        self.ca_pem = ""  # the serving certificate (PEM), set by start() (tls.py)
         from simcluster.migmanager import MigManager
 
         self.mig = MigManager(self, step_s=mig_step_s)
+        # controllers (controllers.py): delays as on a real control plane, see docs
+        self._init_controllers(
+            quota_sync_s=quota_sync_s,
+            quota_resync_s=quota_resync_s,
+            pdb_sync_s=pdb_sync_s,
+            namespace_sync_s=namespace_sync_s,
+            pod_stop_s=pod_stop_s,
+            lease_renew_s=lease_renew_s,
+            podgc_quarantine_s=podgc_quarantine_s,
+        )
         self._load(fleet or Fleet())
+        with self.store.lock:
+            install_bootstrap(self.store, now_iso())
 
     # ------------------------------------------------------------ lifecycle
     @classmethod
@@ -103,6 +130,7 @@ class SimCluster(CrudOps, ListOps, PodOps, QuotaOps):
         """Stop serving; open watches end."""
         self.store.close()
         self.mig.stop()
+        self._stop_controllers()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -111,11 +139,37 @@ class SimCluster(CrudOps, ListOps, PodOps, QuotaOps):
             self._thread.join(timeout=5)
             self._thread = None
 
-    def write_kubeconfig(self, path: str | Path) -> Path:
-        """Write a kubeconfig for this server (context ``simcluster``)."""
+    def write_kubeconfig(
+        self, path: str | Path, token: str | None = None, user: str = "simcluster"
+    ) -> Path:
+        """Write a kubeconfig for this server: the admin's, or one with ``token``.
+
+        The user entry and the (current) context are named ``user``; the cluster entry is
+        always ``simcluster``, at the ``https`` URL (the same port also answers plain HTTP,
+        ``self.url``) with the serving certificate pinned: kubectl sends a kubeconfig's
+        token only over TLS.
+        """
         if not self.url:
             raise RuntimeError("start() the server before writing a kubeconfig")
-        return write_kubeconfig(path, self.url, self.token)
+        server = "https://" + self.url.removeprefix("http://")
+        return write_kubeconfig(path, server, token or self.token, user, self.ca_pem)
+
+    def issue_token(
+        self,
+        namespace: str,
+        name: str,
+        expiration_s: int = 3600,
+        audiences: list[str] | None = None,
+    ) -> str:
+        """A ServiceAccount token, issued like ``POST .../serviceaccounts/{name}/token``."""
+        spec: dict[str, Any] = {"expirationSeconds": expiration_s}
+        if audiences:
+            spec["audiences"] = list(audiences)
+        return token_request(self, namespace, name, {"spec": spec}, {})["status"]["token"]
+
+    def apply_file(self, path: str | Path) -> list[dict[str, Any]]:
+        """Create or update every object of a YAML manifest as the admin (kubectl apply)."""
+        return apply_file(self, path)
 
     def __enter__(self) -> SimCluster:
         if not self.url:
@@ -139,7 +193,7 @@ class SimCluster(CrudOps, ListOps, PodOps, QuotaOps):
                 ("priorityclasses", fleet.priorityclasses),
                 ("nodes", fleet.nodes),
                 ("configmaps", fleet.configmaps),
-                ("pods", fleet.pods),
+                ("pods", started_pods(fleet.pods)),
             ):
                 for obj in objs:
                     s.put(kind, obj, "ADDED", emit=False)
@@ -149,6 +203,7 @@ class SimCluster(CrudOps, ListOps, PodOps, QuotaOps):
                 record_update(None, obj, "simcluster-fleet")
                 s.put("resourcequotas", obj, "ADDED", emit=False)
             self.mig.load(fleet.nodes)
+            self._load_controllers(fleet.nodes)
             s.compact()
 
     # -------------------------------------------------------- python helpers
@@ -182,8 +237,12 @@ class SimCluster(CrudOps, ListOps, PodOps, QuotaOps):
 
     def set_pod_phase(self, namespace: str, name: str, phase: str) -> dict[str, Any]:
         """Change a pod's phase through the status subresource (quota recomputes)."""
-        body = _dumps({"status": {"phase": phase}})
-        _, raw = self.op_patch(RT["pods"], namespace, name, "status", body, MERGE, {}, "kubelet")
+        with self.store.lock:
+            pod = self._existing(RT["pods"], namespace, name).obj()
+            body = _dumps({"status": phase_status(pod, phase)})
+            _, raw = self.op_patch(
+                RT["pods"], namespace, name, "status", body, MERGE, {}, "kubelet"
+            )
         return json.loads(raw)
 
     def compact_history(self) -> None:
@@ -212,9 +271,7 @@ class SimCluster(CrudOps, ListOps, PodOps, QuotaOps):
     def _after_write(
         self, rt: ResourceType, ns: str, old: dict[str, Any] | None, new: dict[str, Any] | None
     ) -> None:
-        counted = rt.name == "pods" or old is None or new is None
-        if rt.namespaced and rt.name != "resourcequotas" and counted:
-            self.refresh_quotas(ns)
+        self._on_write(rt, ns, old, new)  # controllers: quota, PDBs, GC, kubelets, ...
         if rt.name == "nodes" and new is not None:
             self.mig.on_node_write(old, new)
 

@@ -7,27 +7,14 @@ import json
 import uuid
 from typing import Any
 
-from simcluster import quota as q
-from simcluster import validation
-from simcluster.errors import ApiError, already_exists, conflict, invalid, not_found
+from simcluster import deletion, disruption, fieldvalidation, namespaces, validation
+from simcluster.errors import ApiError, already_exists, conflict, not_found
 from simcluster.fleet import now_iso
-from simcluster.patch import (
-    APPLY,
-    JSONPATCH,
-    MERGE,
-    STRATEGIC,
-    json_patch,
-    merge_patch,
-    strategic_merge_patch,
-)
-from simcluster.pods import prepare_pod, qos
-from simcluster.quotactl import validate_hard
-from simcluster.resources import RESOURCES, SYSTEM_NAMESPACES, ResourceType
-from simcluster.selectors import parse_field_selector, parse_label_selector
-from simcluster.ssa import record_update, server_side_apply
+from simcluster.patch import APPLY, JSONPATCH, MERGE, STRATEGIC, apply_patch
+from simcluster.pods import initial_status, prepare_pod
+from simcluster.resources import ResourceType
+from simcluster.ssa import force_forbidden, record_update, server_side_apply
 from simcluster.store import Record
-
-_NAME_OK = set("abcdefghijklmnopqrstuvwxyz0123456789-.")
 
 
 def _dumps(obj: Any) -> bytes:
@@ -60,7 +47,10 @@ class CrudOps:
         params: dict[str, str],
         manager: str,
         managed_fields: list[dict[str, Any]] | None = None,
+        create_on_apply: bool = False,
     ) -> tuple[int, bytes]:
+        # decode into the type: unknown fields dropped, fieldValidation (fieldvalidation.py)
+        body = fieldvalidation.decode_body(rt, body, params, "CreateOptions")
         if not isinstance(body, dict):
             raise ApiError(400, "the body of the request must be a JSON object", "BadRequest")
         self._check_kind(rt, body)
@@ -80,17 +70,9 @@ class CrudOps:
             meta.pop("namespace", None)
         with self.store.lock:
             self._require_ns(rt, ns)
-            if not meta.get("name"):
-                if meta.get("generateName"):
-                    meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
-                else:
-                    raise invalid(
-                        rt.kind, "", "metadata.name", "", "name or generateName is required"
-                    )
-            name = meta["name"]
-            _validate_name(rt, name)
-            if self.store.get(rt.name, ns if rt.namespaced else "", name) is not None:
-                raise already_exists(rt.name, name)
+            if not meta.get("name") and meta.get("generateName"):
+                meta["name"] = validation.generate_name(str(meta["generateName"]))
+            name = meta.get("name") or ""  # missing: validation answers 422 (name required)
             body.setdefault("apiVersion", rt.api_version)
             body.setdefault("kind", rt.kind)
             for k in ("resourceVersion", "uid", "creationTimestamp", "deletionTimestamp"):
@@ -98,9 +80,14 @@ class CrudOps:
             meta.pop("managedFields", None)
             meta["uid"] = str(uuid.uuid4())
             meta["creationTimestamp"] = now_iso()
+            validation.normalize(rt, body)
             self._prepare_create(rt, body)
             validation.validate_create(rt, body)
-            self._admit_create(rt, ns, body)
+            if create_on_apply:  # the PATCH was authorized; creating needs `create` (rbac.py)
+                self.authz.check_create_on_apply(rt.group, rt.name, ns, name)
+            self._admit_create(rt, ns, body, bool(params.get("dryRun")))
+            if self.store.get(rt.name, ns if rt.namespaced else "", name) is not None:
+                raise already_exists(rt.name, name)  # storage: after validation and admission
             if managed_fields is not None:
                 meta["managedFields"] = managed_fields
             else:
@@ -124,13 +111,7 @@ class CrudOps:
     def _prepare_create(self, rt: ResourceType, obj: dict[str, Any]) -> None:
         if rt.name == "pods":
             prepare_pod(obj)
-            spec = obj["spec"]
-            node = spec.get("nodeName")
-            status: dict[str, Any] = {"phase": "Running" if node else "Pending"}
-            status["qosClass"] = qos(spec)
-            if node:
-                status["startTime"] = now_iso()
-            obj["status"] = status
+            obj["status"] = initial_status(obj, now_iso())
         elif rt.name == "namespaces":
             obj["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = obj[
                 "metadata"
@@ -139,31 +120,19 @@ class CrudOps:
             obj["status"] = {"phase": "Active"}
         elif rt.name == "resourcequotas":
             obj.setdefault("spec", {})
-            obj["spec"]["hard"] = validate_hard(obj)
-            obj["status"] = self._quota_status(obj, obj["metadata"]["namespace"])
+            obj["status"] = {}  # PrepareForCreate; the quota controller fills it later
+        elif rt.name == "poddisruptionbudgets":
+            disruption.prepare_create(obj)
         elif rt.name == "nodes":
             obj.setdefault("spec", {})
             obj.setdefault("status", {})
-        elif rt.name == "configmaps":
-            for k, v in (obj.get("data") or {}).items():
-                if not isinstance(v, str):
-                    raise invalid(
-                        "ConfigMap", obj["metadata"]["name"], f"data[{k}]", v, "must be a string"
-                    )
 
-    def _admit_create(self, rt: ResourceType, ns: str, obj: dict[str, Any]) -> None:
-        if not rt.namespaced:
-            return
-        quotas = [r.obj() for r in self.store.in_namespace("resourcequotas", ns)]
-        if not quotas:
-            return
-        name = obj["metadata"]["name"]
-        if rt.name == "pods":
-            res = q.admit_pod(name, q.pod_quota_info(obj), quotas)
-        else:
-            res = q.admit_count(rt.name, rt.group, name, quotas)
-        if res:
-            raise ApiError(res[0], res[1], "Forbidden", {"name": name, "kind": rt.name})
+    def _admit_create(
+        self, rt: ResourceType, ns: str, obj: dict[str, Any], dry_run: bool = False
+    ) -> None:
+        """NamespaceLifecycle, then ResourceQuota (which charges the quota unless dry run)."""
+        namespaces.admit_create(self, rt, ns, obj)
+        self.admit_quota(rt, ns, obj, dry_run)
 
     # --------------------------------------------------------------- update
     def op_update(
@@ -176,6 +145,7 @@ class CrudOps:
         params: dict[str, str],
         manager: str,
     ) -> bytes:
+        body = fieldvalidation.decode_body(rt, body, params, "UpdateOptions")
         if not isinstance(body, dict):
             raise ApiError(400, "the body of the request must be a JSON object", "BadRequest")
         self._check_kind(rt, body)
@@ -192,6 +162,9 @@ class CrudOps:
             rv = meta.get("resourceVersion")
             if rv and str(rv) != str(rec.rv):
                 raise conflict(rt.name, name)
+            stored_uid = rec.obj()["metadata"].get("uid") or ""
+            if meta.get("uid") and meta["uid"] != stored_uid:  # PUT's UID precondition
+                raise validation.uid_precondition_failed(rt, ns, name, meta["uid"], stored_uid)
             if not rv and rt.name in ("resourcequotas", "nodes", "pods", "namespaces"):
                 pass  # unconditional update (allowed for these types in practice)
             return self._commit(rt, ns, rec, body, sub, params, manager)
@@ -215,6 +188,15 @@ class CrudOps:
         meta = new["metadata"]
         ometa = old["metadata"]
         for k in ("name", "namespace", "uid", "creationTimestamp"):
+            if k == "namespace" and rt.namespaced and meta.get(k) and meta[k] != ometa.get(k):
+                raise ApiError(
+                    400,
+                    "the namespace of the provided object does not match the namespace sent "
+                    "on the request",
+                    "BadRequest",
+                )
+            if k in ("name", "uid") and meta.get(k) and meta[k] != ometa.get(k):
+                continue  # validation answers "field is immutable"
             if k in ometa:
                 meta[k] = ometa[k]
             else:
@@ -223,29 +205,34 @@ class CrudOps:
             merged = copy.deepcopy(old)
             if "status" in new:
                 merged["status"] = new["status"]
+            if managed_done:  # a status apply: keep the managedFields ssa.py computed
+                merged["metadata"].pop("managedFields", None)
+                if meta.get("managedFields"):
+                    merged["metadata"]["managedFields"] = meta["managedFields"]
             new = merged
         elif rt.has_status:
             if "status" in old:
                 new["status"] = old["status"]
             else:
                 new.pop("status", None)
-        if rt.name == "resourcequotas":
-            new.setdefault("spec", {})
-            new["spec"]["hard"] = validate_hard(new)
-            new["status"] = self._quota_status(new, ns, previous=old)
-        if rt.name == "pods" and sub == "status":
-            phase = (new.get("status") or {}).get("phase")
-            if phase not in (None, "Pending", "Running", "Succeeded", "Failed", "Unknown"):
-                raise invalid("Pod", rec.name, "status.phase", phase, "unsupported value")
+        for k in ("deletionTimestamp", "deletionGracePeriodSeconds"):  # BeforeUpdate
+            if ometa.get(k) is not None:
+                meta[k] = ometa[k]
+        validation.normalize(rt, new)  # decoded: canonical quantities
+        if rt.name == "poddisruptionbudgets" and sub != "status":
+            disruption.prepare_update(old, new)
         if not managed_done:
             new["metadata"]["managedFields"] = ometa.get("managedFields") or []
             record_update(old, new, manager, sub)
-        if _strip_volatile(new) == _strip_volatile(old):
-            return rec.raw
         if rt.name in ("pods",) and "spec" in new and sub != "status":
             prepare_pod(new)
-        validation.validate_update(rt, old, new, sub)
+        validation.validate_update(rt, old, new, sub)  # before the no-op check, as BeforeUpdate
+        if _strip_volatile(new) == _strip_volatile(old):
+            return rec.raw
         if params.get("dryRun"):
+            return _dumps(new)
+        if deletion.should_delete_during_update(old, new):  # last finalizer removed
+            deletion.remove_now(self, rt, ns, rec.name)
             return _dumps(new)
         out = self.store.put(rt.name, new, "MODIFIED")
         self._after_write(rt, ns, old, new)
@@ -273,25 +260,17 @@ class CrudOps:
                 f"include: {JSONPATCH}, {MERGE}, {APPLY}, {STRATEGIC}",
                 "UnsupportedMediaType",
             )
-        try:
-            patch = json.loads(raw) if raw else {}
-        except ValueError as exc:
-            raise ApiError(400, f"error decoding patch: {exc}", "BadRequest") from exc
+        if "force" in params:  # ValidatePatchOptions (apimachinery meta/v1/validation)
+            raise force_forbidden()
+        mode = fieldvalidation.directive(params, "PatchOptions")
         with self.store.lock:
             rec = self._existing(rt, ns, name)
             cur = rec.obj()
-            if ctype == JSONPATCH:
-                new = json_patch(cur, patch)
-            else:
-                if not isinstance(patch, dict):
-                    raise ApiError(400, "patch must be a JSON object", "BadRequest")
-                prv = (patch.get("metadata") or {}).get("resourceVersion")
-                if prv and str(prv) != str(rec.rv):
-                    raise conflict(rt.name, name)
-                fn = merge_patch if ctype == MERGE else strategic_merge_patch
-                new = fn(cur, patch)
-            if not isinstance(new, dict):
-                raise ApiError(422, "patch produced a non-object", "Invalid")
+            # patch.py: apply, then decode the result into the type (fieldValidation)
+            new = apply_patch(rt, cur, raw, ctype, mode)
+            prv = (new.get("metadata") or {}).get("resourceVersion")
+            if prv and str(prv) != str(rec.rv):
+                raise conflict(rt.name, name)
             return 200, self._commit(rt, ns, rec, new, sub, params, manager)
 
     def _apply(
@@ -318,6 +297,8 @@ class CrudOps:
                 400, "invalid object type: apiVersion and kind must be set", "BadRequest"
             )
         self._check_kind(rt, applied)
+        fieldvalidation.directive(params, "PatchOptions")
+        fieldvalidation.check_apply(rt, applied)  # undeclared fields -> 500, as smd does
         meta = applied.setdefault("metadata", {})
         if meta.get("name") and meta["name"] != name:
             raise ApiError(400, "the name of the object does not match the name on the URL")
@@ -330,110 +311,41 @@ class CrudOps:
                 if sub:
                     raise not_found(rt.name, name)
                 body = server_side_apply(None, applied, manager, force, rt.name, name)
+                fieldvalidation.apply_strict(raw, params)  # duplicate YAML keys
                 managed = body["metadata"].get("managedFields") or []
-                return self.op_create(rt, ns, body, params, manager, managed)
+                return self.op_create(rt, ns, body, params, manager, managed, True)
             live = rec.obj()
-            new = server_side_apply(live, applied, manager, force, rt.name, name)
+            new = server_side_apply(live, applied, manager, force, rt.name, name, sub)
+            fieldvalidation.apply_strict(raw, params)
             return 200, self._commit(rt, ns, rec, new, sub, params, manager, managed_done=True)
 
     # --------------------------------------------------------------- delete
     def op_delete(
         self, rt: ResourceType, ns: str, name: str, body: Any, params: dict[str, str]
     ) -> bytes:
+        """DELETE one object: graceful for pods, finalizers kept (:mod:`simcluster.deletion`)."""
+        opts = deletion.parse_options(body, params)
         with self.store.lock:
-            rec = self._existing(rt, ns, name)
-            pre = (body or {}).get("preconditions") or {} if isinstance(body, dict) else {}
-            if pre.get("uid") and pre["uid"] != rec.obj()["metadata"].get("uid"):
-                raise ApiError(
-                    409,
-                    f"Precondition failed: UID in precondition: {pre['uid']}, UID in object "
-                    f"meta: {rec.obj()['metadata'].get('uid')}",
-                    "Conflict",
-                )
-            if pre.get("resourceVersion") and str(pre["resourceVersion"]) != str(rec.rv):
-                raise conflict(rt.name, name)
-            if params.get("dryRun"):
-                return rec.raw
-            obj = self._delete(rt, ns, name)
-        if rt.name in ("pods", "namespaces"):
-            return _dumps(obj)
-        return _dumps(
-            {
-                "kind": "Status",
-                "apiVersion": "v1",
-                "metadata": {},
-                "status": "Success",
-                "details": {
-                    "name": name,
-                    "kind": rt.name,
-                    "uid": obj["metadata"].get("uid"),
-                },
-            }
-        )
+            return _dumps(deletion.delete_object(self, rt, ns, name, opts))
 
     def _delete(self, rt: ResourceType, ns: str, name: str) -> dict[str, Any]:
-        if rt.name == "namespaces":
-            if name in SYSTEM_NAMESPACES:
-                raise ApiError(
-                    403,
-                    f'namespaces "{name}" is forbidden: this namespace may not be deleted',
-                    "Forbidden",
-                )
-            for r in RESOURCES:
-                if r.namespaced:
-                    for child in list(self.store.in_namespace(r.name, name)):
-                        self.store.remove(r.name, name, child.name)
-            obj = self.store.remove("namespaces", "", name) or {}
-            obj.setdefault("status", {})["phase"] = "Terminating"
-            obj["metadata"]["deletionTimestamp"] = now_iso()
-            return obj
-        obj = self.store.remove(rt.name, ns if rt.namespaced else "", name)
-        if obj is None:
-            raise not_found(rt.name, name)
-        self._after_write(rt, ns, obj, None)
-        return obj
+        """Remove an object from storage now (no grace period, finalizers ignored)."""
+        return deletion.remove_now(self, rt, ns, name)
 
     def op_delete_collection(
-        self, rt: ResourceType, ns: str | None, params: dict[str, str]
+        self, rt: ResourceType, ns: str | None, params: dict[str, str], body: Any = None
     ) -> bytes:
-        lsel = parse_label_selector(params.get("labelSelector"))
-        fsel = parse_field_selector(params.get("fieldSelector"), rt.fields)
+        """DELETE a collection: every selected object deleted as by a single DELETE."""
         with self.store.lock:
-            keys, lo, hi = self.store.key_range(rt.name, ns)
-            objs = self.store.objects[rt.name]
-            victims = []
-            for k in keys[lo:hi]:
-                rec = objs[k]
-                if (lsel is None or lsel(rec.labels)) and (fsel is None or fsel(rec.fields)):
-                    victims.append(rec)
-            deleted = [self._delete(rt, v.namespace, v.name) for v in victims]
+            items = deletion.delete_collection(self, rt, ns, params, body)
             rv = self.store.rv
         return _dumps(
             {
                 "kind": rt.kind + "List",
                 "apiVersion": rt.api_version,
                 "metadata": {"resourceVersion": str(rv)},
-                "items": deleted,
+                "items": items,
             }
-        )
-
-
-def _validate_name(rt: ResourceType, name: str) -> None:
-    ok = (
-        0 < len(name) <= (63 if rt.name == "namespaces" else 253)
-        and set(name) <= _NAME_OK
-        and name[0].isalnum()
-        and name[-1].isalnum()
-        and not (rt.name == "namespaces" and "." in name)
-    )
-    if not ok:
-        raise invalid(
-            rt.kind,
-            name,
-            "metadata.name",
-            name,
-            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
-            "characters, '-' or '.', and must start and end with an alphanumeric character",
         )
 
 

@@ -99,17 +99,12 @@ def conflict(resource: str, name: str) -> ApiError:
     )
 
 
-def invalid(kind: str, name: str, field: str, value: Any, detail: str) -> ApiError:
-    """422 Invalid with one field cause, worded like the API server's validation errors."""
-    shown = json.dumps(value) if not isinstance(value, str) else f'"{value}"'
-    msg = f'{kind} "{name}" is invalid: {field}: Invalid value: {shown}: {detail}'
-    return ApiError(
-        422,
-        msg,
-        "Invalid",
-        {
-            "name": name,
-            "kind": kind,
-            "causes": [{"reason": "FieldValueInvalid", "message": detail, "field": field}],
-        },
-    )
+def invalid(kind: str, name: str, field: str, value: Any, detail: str, group: str = "") -> ApiError:
+    """422 Invalid with one ``FieldValueInvalid`` cause, as ``errors.NewInvalid`` words it.
+
+    For several errors or other cause types build a list with
+    :mod:`simcluster.fielderrors` and call :func:`simcluster.fielderrors.invalid_error`.
+    """
+    from simcluster import fielderrors
+
+    return fielderrors.invalid_error(kind, group, name, [fielderrors.invalid(field, value, detail)])

@@ -36,6 +36,8 @@ class FaultConfig:
     mig_reboot: bool = False
     # The quota controller stops copying spec.hard to status.hard (and counting usage).
     quota_controller_paused: bool = False
+    # Pods ignore SIGTERM: the kubelet emulation stops them only when the grace period ends.
+    pods_ignore_sigterm: bool = False
 
 
 @dataclass(frozen=True)

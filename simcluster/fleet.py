@@ -47,7 +47,7 @@ from typing import Any
 import yaml
 
 from simcluster.gpu import gpu_resources_and_labels, product, resolve_layout
-from simcluster.quantity import parse_quantity
+from simcluster.quantity import canonicalize, parse_quantity
 
 DEFAULT_DRIVER = "550.107.02"
 KUBELET_VERSION = "v1.32.4"
@@ -214,23 +214,23 @@ def node_object(name: str, group: dict[str, Any], ts: str, kubelet: str) -> dict
     if group.get("zone"):
         labels["topology.kubernetes.io/zone"] = str(group["zone"])
     annotations: dict[str, str] = {"node.alpha.kubernetes.io/ttl": "0"}
-    cpu = str(group.get("cpu", 64))
-    memory = str(group.get("memory", "512Gi"))
+    cpu = canonicalize(group.get("cpu", 64))
+    memory = canonicalize(group.get("memory", "512Gi"))
     capacity: dict[str, str] = {
         "cpu": cpu,
         "memory": memory,
-        "ephemeral-storage": str(group.get("ephemeralStorage", "1Ti")),
+        "ephemeral-storage": canonicalize(group.get("ephemeralStorage", "1Ti")),
         "hugepages-1Gi": "0",
         "hugepages-2Mi": "0",
-        "pods": str(group.get("maxPods", 110)),
+        "pods": canonicalize(group.get("maxPods", 110)),
     }
     allocatable = dict(capacity)
     gpu = group.get("gpu")
     if gpu:
         caps, alloc, gl = gpu_node_state(gpu)
         labels.update(gl)
-        capacity.update({k: str(v) for k, v in caps.items()})
-        allocatable.update({k: str(v) for k, v in alloc.items()})
+        capacity.update({k: canonicalize(v) for k, v in caps.items()})
+        allocatable.update({k: canonicalize(v) for k, v in alloc.items()})
         if gpu.get("unhealthy"):
             annotations[UNHEALTHY_ANNOTATION] = str(gpu["unhealthy"])
     labels.update({k: str(v) for k, v in (group.get("labels") or {}).items()})
@@ -352,9 +352,10 @@ def new_uid() -> str:
 
 
 def _resources(req: dict[str, Any] | None, lim: dict[str, Any] | None) -> dict[str, Any]:
-    """Container resources; extended resources get limits = requests (API validation)."""
-    requests = {k: str(v) for k, v in (req or {}).items()}
-    limits = {k: str(v) for k, v in (lim or {}).items()}
+    """Container resources in canonical form; extended resources get limits = requests
+    (the API requires both, equal)."""
+    requests = {k: canonicalize(v) for k, v in (req or {}).items()}
+    limits = {k: canonicalize(v) for k, v in (lim or {}).items()}
     for k, v in requests.items():
         if "/" in k and "kubernetes.io/" not in k:
             limits.setdefault(k, v)
@@ -418,7 +419,7 @@ def pod_object(p: dict[str, Any], ts: str) -> dict[str, Any]:
     if p.get("priorityClassName"):
         spec["priorityClassName"] = p["priorityClassName"]
     if p.get("overhead"):
-        spec["overhead"] = {k: str(v) for k, v in p["overhead"].items()}
+        spec["overhead"] = {k: canonicalize(v) for k, v in p["overhead"].items()}
     spec.update(
         {
             "restartPolicy": p.get("restartPolicy", "Always"),
@@ -457,7 +458,7 @@ def pod_object(p: dict[str, Any], ts: str) -> dict[str, Any]:
 
 def quota_object(q: dict[str, Any], ts: str) -> dict[str, Any]:
     """A ResourceQuota; ``status`` is filled by the quota controller after load."""
-    spec: dict[str, Any] = {"hard": {k: str(v) for k, v in (q.get("hard") or {}).items()}}
+    spec: dict[str, Any] = {"hard": {k: canonicalize(v) for k, v in (q.get("hard") or {}).items()}}
     if q.get("scopes"):
         spec["scopes"] = list(q["scopes"])
     if q.get("scopeSelector"):

@@ -1,45 +1,45 @@
-"""Patch formats: JSON merge patch, strategic merge patch and JSON patch.
+"""PATCH bodies: JSON merge patch, strategic merge patch and JSON patch, as the API server
+applies and validates them.
 
-Supported: JSON merge patch (RFC 7386), a strategic merge patch covering the list merge keys
-that matter for nodes/pods (containers, conditions, taints, ...) and JSON patch (RFC 6902).
-Server-side apply lives in :mod:`simcluster.ssa`.
+:func:`apply_patch` follows k8s.io/apiserver ``pkg/endpoints/handlers/patch.go``:
+
+- merge and JSON patches (``jsonPatcher``): with ``fieldValidation`` Strict/Warn the patch
+  is first decoded strictly (duplicate keys; for JSON patch unknown operation fields,
+  ``json patch unknown field "[0].foo"``), applied to the current object's JSON, and the
+  result decoded into the type; a wrong type or (Strict) an unknown field is a 422
+  ``"" is invalid: patch: Invalid value: "<patched JSON>": ...``. A JSON patch that does
+  not apply is a 422 with the generic ``the server rejected our request due to an error in
+  our request``.
+- strategic merge patch (``smpPatcher``, :mod:`simcluster.smp`): the result goes through
+  the unstructured converter (``FromUnstructuredWithValidation``); its 422 shows
+  ``%+v`` of the patch map.
+
+Server-side apply lives in :mod:`simcluster.ssa`; its field checks in
+:mod:`simcluster.fieldvalidation`.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 from typing import Any
 
+from simcluster import decoding, fieldvalidation, gofmt, schema, smp
 from simcluster.errors import ApiError
+from simcluster.resources import ResourceType
 
 MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
 JSONPATCH = "application/json-patch+json"
 APPLY = "application/apply-patch+yaml"
+MAX_JSON_PATCH_OPERATIONS = 10000
 
-# Strategic merge keys for lists (patchMergeKey in the Kubernetes API types).
-MERGE_KEYS: dict[str, str] = {
-    "containers": "name",
-    "initContainers": "name",
-    "ephemeralContainers": "name",
-    "volumes": "name",
-    "volumeMounts": "mountPath",
-    "env": "name",
-    "ports": "containerPort",
-    "conditions": "type",
-    "taints": "key",
-    "addresses": "type",
-    "imagePullSecrets": "name",
-    "hostAliases": "ip",
-    "ownerReferences": "uid",
-}
 
-# Fields never tracked by managedFields.
+class JSONPatchError(Exception):
+    """A JSON patch operation that does not apply (evanphx/json-patch ``Apply`` errors)."""
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch."""
+    """RFC 7386 JSON merge patch (evanphx/json-patch ``MergePatch``)."""
     if not isinstance(patch, dict):
         return copy.deepcopy(patch)
     result = dict(target) if isinstance(target, dict) else {}
@@ -51,70 +51,126 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return result
 
 
-def strategic_merge_patch(target: Any, patch: Any, field: str = "") -> Any:
-    """Strategic merge patch: merge patch plus keyed list merging and ``$patch`` directives."""
-    if isinstance(patch, list):
-        key = MERGE_KEYS.get(field)
-        if key and isinstance(target, list) and all(isinstance(x, dict) for x in patch):
-            return _merge_keyed_list(target, patch, key, field)
-        return copy.deepcopy([x for x in patch if not _is_directive(x)])
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    directive = patch.get("$patch")
-    if directive == "delete":
-        return None
-    if directive == "replace":
-        return copy.deepcopy({k: v for k, v in patch.items() if not k.startswith("$")})
-    result = dict(target) if isinstance(target, dict) else {}
-    for k, v in patch.items():
-        if k.startswith("$"):
-            continue
-        if v is None:
-            result.pop(k, None)
-            continue
-        merged = strategic_merge_patch(result.get(k), v, k)
-        if merged is None and isinstance(v, dict) and v.get("$patch") == "delete":
-            result.pop(k, None)
-        else:
-            result[k] = merged
-    return result
+def strategic_merge_patch(target: dict[str, Any], patch: dict[str, Any], kind: Any) -> Any:
+    """Strategic merge patch of ``target`` by ``patch`` for a kind's definition.
+
+    ``kind`` is a :class:`simcluster.schema.Definition` (or its name). Raises
+    :class:`simcluster.smp.PatchError`.
+    """
+    defn = schema.definition(kind) if isinstance(kind, str) else kind
+    return smp.strategic_merge(copy.deepcopy(target), copy.deepcopy(patch), defn)
 
 
-def _is_directive(x: Any) -> bool:
-    return isinstance(x, dict) and "$patch" in x
+def apply_patch(
+    rt: ResourceType, current: dict[str, Any], raw: bytes, ctype: str, mode: str
+) -> dict[str, Any]:
+    """Apply a merge/strategic/JSON patch to ``current`` and decode the result into the type.
 
-
-def _merge_keyed_list(target: list[Any], patch: list[Any], key: str, field: str) -> list[Any]:
-    if any(isinstance(x, dict) and x.get("$patch") == "replace" for x in patch):
-        return copy.deepcopy([x for x in patch if not _is_directive(x)])
-    result = [copy.deepcopy(x) for x in target]
-    for item in patch:
-        k = item.get(key)
-        idx = next(
-            (i for i, x in enumerate(result) if isinstance(x, dict) and x.get(key) == k), None
+    ``mode`` is the effective ``fieldValidation`` directive; raises :class:`ApiError` with
+    the real codes and messages, adds ``Warning``s for Warn.
+    """
+    if ctype == JSONPATCH:
+        return _json_patch_request(rt, current, raw, mode)
+    strict_decode = mode in (fieldvalidation.STRICT, fieldvalidation.WARN)
+    try:
+        patch = decoding.loads(raw or b"{}")
+    except ValueError as exc:
+        if ctype == MERGE and not strict_decode:
+            raise ApiError(400, "Invalid JSON Patch", "BadRequest") from None
+        prefix = "error decoding patch: " if ctype == MERGE else ""
+        raise ApiError(400, f"{prefix}{exc}", "BadRequest") from None
+    if not isinstance(patch, dict) and (ctype == STRATEGIC or strict_decode):
+        prefix = "error decoding patch: " if ctype == MERGE else ""
+        msg = (
+            f"{prefix}json: cannot unmarshal {decoding.json_kind(patch)} into Go value of "
+            "type map[string]interface {}"
         )
-        if item.get("$patch") == "delete":
-            if idx is not None:
-                result.pop(idx)
-            continue
-        if idx is None:
-            result.append(strategic_merge_patch({}, item, field))
+        raise ApiError(400, msg, "BadRequest")
+    dups = fieldvalidation.patch_duplicates(patch) if strict_decode else []
+    patch = decoding.clean(patch)
+    if ctype == MERGE:
+        patched = merge_patch(current, patch)
+        if not isinstance(patched, dict):
+            raise _not_an_object(rt, patched)
+        return fieldvalidation.check_patched(rt, patched, mode, False, gofmt.marshal(patched), dups)
+    defn = schema.for_kind(rt.group, rt.version, rt.kind)
+    if defn is None:
+        return merge_patch(current, patch)
+    try:
+        patched = smp.strategic_merge(copy.deepcopy(current), patch, defn)
+    except smp.PatchError as exc:
+        if exc.code == 500:
+            raise fieldvalidation.UnknownReasonError(exc.message) from None
+        if exc.code == 422:
+            raise ApiError(
+                422,
+                "the server rejected our request due to an error in our request",
+                "Invalid",
+                {},
+            ) from None
+        raise ApiError(exc.code, exc.message, "BadRequest") from None
+    return fieldvalidation.check_patched(rt, patched, mode, True, gofmt.value_v(patch), dups)
+
+
+def _not_an_object(rt: ResourceType, value: Any) -> ApiError:
+    err = f"json: cannot unmarshal {decoding.json_kind(value)} into Go value of type v1.{rt.kind}"
+    return fieldvalidation._patch_invalid(gofmt.marshal(value), err)
+
+
+def _json_patch_request(
+    rt: ResourceType, current: dict[str, Any], raw: bytes, mode: str
+) -> dict[str, Any]:
+    strict: list[str] = []
+    try:
+        ops = decoding.loads(raw or b"")
+    except ValueError as exc:
+        if mode in (fieldvalidation.STRICT, fieldvalidation.WARN):
+            raise ApiError(400, f"error decoding patch: {exc}", "BadRequest") from None
+        raise ApiError(400, str(exc), "BadRequest") from None
+    if not isinstance(ops, list):
+        kind = decoding.json_kind(ops)
+        if mode in (fieldvalidation.STRICT, fieldvalidation.WARN):
+            msg = (
+                f"error decoding patch: json: cannot unmarshal {kind} into Go value of type "
+                "[]handlers.jsonPatchOp"
+            )
         else:
-            result[idx] = strategic_merge_patch(result[idx], item, field)
-    return result
+            msg = f"json: cannot unmarshal {kind} into Go value of type jsonpatch.Patch"
+        raise ApiError(400, msg, "BadRequest")
+    if mode in (fieldvalidation.STRICT, fieldvalidation.WARN):
+        strict = fieldvalidation.patch_duplicates(ops, json_patch=True)
+    ops = decoding.clean(ops)
+    if len(ops) > MAX_JSON_PATCH_OPERATIONS:
+        raise ApiError(
+            413,
+            f"The allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPERATIONS}, "
+            f"got {len(ops)}",
+            "RequestEntityTooLarge",
+        )
+    try:
+        patched = json_patch(current, ops)
+    except JSONPatchError:
+        raise ApiError(
+            422, "the server rejected our request due to an error in our request", "Invalid", {}
+        ) from None
+    if not isinstance(patched, dict):
+        raise _not_an_object(rt, patched)
+    return fieldvalidation.check_patched(rt, patched, mode, False, gofmt.marshal(patched), strict)
 
 
 def _pointer(path: str) -> list[str]:
     if path == "":
         return []
     if not path.startswith("/"):
-        raise ApiError(422, f"invalid JSON pointer: {path!r}", "Invalid")
+        raise JSONPatchError(f"invalid JSON pointer: {path!r}")
     return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
 
 
 def _resolve(doc: Any, parts: list[str]) -> Any:
     for p in parts:
         if isinstance(doc, list):
+            if not p.isdigit():
+                raise JSONPatchError(f"invalid index {p!r}")
             doc = doc[int(p)]
         elif isinstance(doc, dict):
             doc = doc[p]
@@ -124,26 +180,32 @@ def _resolve(doc: Any, parts: list[str]) -> Any:
 
 
 def json_patch(target: Any, ops: Any) -> Any:
-    """RFC 6902 JSON patch (add, remove, replace, move, copy, test)."""
+    """RFC 6902 JSON patch (add, remove, replace, move, copy, test).
+
+    Raises :class:`JSONPatchError` when an operation does not apply.
+    """
     if not isinstance(ops, list):
-        raise ApiError(400, "json patch must be a list of operations", "BadRequest")
+        raise JSONPatchError("json patch must be a list of operations")
     doc = copy.deepcopy(target)
     for op in ops:
         try:
+            if not isinstance(op, dict):
+                raise JSONPatchError("operation is not an object")
             doc = _apply_op(doc, op)
-        except (KeyError, IndexError, ValueError, TypeError) as exc:
-            raise ApiError(
-                422, f"the server rejected our request due to an error in our request: {exc}"
-            ) from exc
+        except (KeyError, IndexError, ValueError, TypeError, AttributeError) as exc:
+            raise JSONPatchError(str(exc)) from exc
     return doc
 
 
 def _apply_op(doc: Any, op: dict[str, Any]) -> Any:
     kind = op.get("op")
-    parts = _pointer(op.get("path", ""))
+    path = op.get("path")
+    if not isinstance(path, str):
+        raise JSONPatchError("operation missing path")
+    parts = _pointer(path)
     if kind == "test":
         if _resolve(doc, parts) != op.get("value"):
-            raise ValueError(f"testing value {op.get('path')} failed")
+            raise JSONPatchError(f"testing value {path} failed")
         return doc
     if kind in ("move", "copy"):
         src = _pointer(op.get("from", ""))
@@ -154,12 +216,16 @@ def _apply_op(doc: Any, op: dict[str, Any]) -> Any:
     if kind == "remove":
         return _remove(doc, parts)
     if kind == "add":
+        if "value" not in op:
+            raise JSONPatchError("missing value")
         return _add(doc, parts, copy.deepcopy(op["value"]))
     if kind == "replace":
+        if "value" not in op:
+            raise JSONPatchError("missing value")
         _resolve(doc, parts)  # must exist
         doc = _remove(doc, parts)
         return _add(doc, parts, copy.deepcopy(op["value"]))
-    raise ValueError(f"unknown json patch operation {kind!r}")
+    raise JSONPatchError(f"Unexpected kind: {kind}")
 
 
 def _add(doc: Any, parts: list[str], value: Any) -> Any:
@@ -172,7 +238,7 @@ def _add(doc: Any, parts: list[str], value: Any) -> Any:
             parent.append(value)
         else:
             idx = int(last)
-            if idx > len(parent):
+            if idx > len(parent) or idx < 0:
                 raise IndexError(f"index {idx} out of range")
             parent.insert(idx, value)
     elif isinstance(parent, dict):
@@ -195,8 +261,14 @@ def _remove(doc: Any, parts: list[str]) -> Any:
 
 
 def load_body(raw: bytes) -> Any:
-    """Decode a JSON body; 400 with the API server's wording when it does not parse."""
+    """Decode a JSON body, keeping what strict decoding needs (duplicate keys, number text).
+
+    400 with Go's syntax-error text when it does not parse; the caller (create/update)
+    words it as the API server's decoder does.
+    """
+    if not raw:
+        return {}
     try:
-        return json.loads(raw) if raw else {}
+        return decoding.loads(raw)
     except ValueError as exc:
-        raise ApiError(400, f"error decoding request body: {exc}", "BadRequest") from exc
+        raise ApiError(400, str(exc), "BadRequest") from exc

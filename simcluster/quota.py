@@ -1,18 +1,42 @@
-"""ResourceQuota semantics: what a pod counts for, and when a create is refused.
+"""ResourceQuota semantics: what a pod or object counts for, and when a create is refused.
 
-Mirrors kubernetes/pkg/quota/v1/evaluator/core/pods.go: extended resources (``nvidia.com/gpu``,
-``nvidia.com/mig-1g.10gb``) are counted only under the ``requests.`` prefix; ``limits.<ext>``
-and bare ``<ext>`` keys are accepted in ``spec.hard`` but never counted and never block.
-``count/pods`` counts every pod in storage, ``pods`` only non-terminal ones.
+Follows the real evaluators and the admission plugin:
+
+- ``pkg/quota/v1/evaluator/core/pods.go``: extended resources (``nvidia.com/gpu``) are
+  counted only under ``requests.``; ``limits.<ext>`` and bare ``<ext>`` keys are accepted in
+  ``hard`` but never counted and never block. ``count/pods`` counts every pod in storage,
+  ``pods`` and the compute resources only pods that ``QuotaV1Pod`` charges: not terminal
+  and not past ``deletionTimestamp + deletionGracePeriodSeconds``. Scopes as
+  ``podMatchesScopeFunc`` (``CrossNamespacePodAffinity`` only for pods whose affinity terms
+  use ``namespaces`` or ``namespaceSelector``; an unknown scope matches nothing).
+- ``staging/src/k8s.io/apiserver/pkg/quota/v1/generic/evaluator.go``: object counts
+  (``count/configmaps``, legacy ``configmaps``) match no scoped quota.
+- ``staging/src/k8s.io/apiserver/pkg/admission/plugin/resourcequota/controller.go``
+  (``CheckRequest``): admission reads ``status.hard`` and ``status.used`` (never
+  ``spec.hard``), refuses with ``status unknown for quota`` when the quota controller has
+  not recorded usage for a tracked resource yet, and returns the new ``status.used`` of
+  every quota it charges (the caller writes it, as the plugin does).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from datetime import datetime
 from fractions import Fraction
 from typing import Any
 
 from simcluster.quantity import ZERO, Quantity, format_quantity, parse_quantity
+
+__all__ = [
+    "PodQuotaInfo",
+    "QuotaDenied",
+    "check_request",
+    "format_quantity",
+    "is_native",
+    "parse_quantity",
+    "pod_quota_info",
+]
 
 _NATIVE_COMPUTE = ("cpu", "memory", "ephemeral-storage")
 POD_RESOURCES = frozenset(
@@ -35,7 +59,7 @@ VALIDATION_SET = frozenset(
     {"cpu", "memory", "requests.cpu", "requests.memory", "limits.cpu", "limits.memory"}
 )
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
-# Legacy object-count names that equal count/<resource>.
+# Legacy object-count names that equal count/<resource> (pkg/quota/v1/evaluator/core).
 LEGACY_COUNT = {
     "configmaps": "configmaps",
     "secrets": "secrets",
@@ -44,6 +68,8 @@ LEGACY_COUNT = {
     "resourcequotas": "resourcequotas",
     "replicationcontrollers": "replicationcontrollers",
 }
+# Resources quota never evaluates (quota/v1/install DefaultIgnoredResources).
+IGNORED = frozenset({("events", ""), ("events", "events.k8s.io")})
 
 
 def is_native(name: str) -> bool:
@@ -60,21 +86,59 @@ def is_pod_quota_key(key: str) -> bool:
     return key.startswith("requests.") and not is_native(key)
 
 
+def parse_time(ts: str | None) -> float | None:
+    """RFC 3339 (``2025-01-01T00:00:00Z``) to epoch seconds."""
+    if not ts:
+        return None
+    try:
+        return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
 @dataclass(frozen=True, slots=True)
 class PodQuotaInfo:
-    """Everything quota needs from one pod, computed once per pod write."""
+    """Everything quota, eviction and the controllers need from one pod, computed per write."""
 
-    usage: dict[str, Quantity]
+    usage: dict[str, Quantity]  # what the pod is charged while QuotaV1Pod holds
     terminal: bool
     priority_class: str
     best_effort: bool
-    terminating: bool
+    terminating: bool  # activeDeadlineSeconds >= 0 (the Terminating quota scope)
     container_resources: tuple[tuple[str, frozenset[str], frozenset[str]], ...]
+    cross_ns_affinity: bool = False
+    phase: str = "Pending"
+    ready: bool = False
+    deleting: bool = False  # metadata.deletionTimestamp is set
+    deletion_deadline: float | None = None  # deletionTimestamp + deletionGracePeriodSeconds
+
+    def counted(self, now: float | None = None) -> bool:
+        """``QuotaV1Pod``: terminal pods and pods stuck past their grace period are free."""
+        if self.terminal:
+            return False
+        if self.deletion_deadline is not None:
+            return (time.time() if now is None else now) <= self.deletion_deadline
+        return True
+
+    def usage_at(self, now: float | None = None) -> dict[str, Quantity]:
+        """``PodUsageFunc``: object count always, compute only while :meth:`counted`."""
+        if self.terminal or self.counted(now):
+            return self.usage
+        return _COUNT_ONLY
+
+
+_ONE = Quantity(Fraction(1))
+_COUNT_ONLY: dict[str, Quantity] = {"count/pods": _ONE}
+
+
+def qadd(a: Quantity, b: Quantity) -> Quantity:
+    """``resource.Quantity.Add``: a zero takes the other side's format."""
+    return Quantity(a.value + b.value, b.binary if a.value == 0 else a.binary)
 
 
 def _add(into: dict[str, Quantity], res: dict[str, Quantity]) -> None:
     for k, q in res.items():
-        into[k] = into[k] + q if k in into else q
+        into[k] = qadd(into[k], q) if k in into else q
 
 
 def _max(into: dict[str, Quantity], res: dict[str, Quantity]) -> None:
@@ -112,41 +176,83 @@ def effective(spec: dict[str, Any], which: str) -> dict[str, Quantity]:
     return total
 
 
+def _cross_ns_terms(terms: Any, weighted: bool) -> bool:
+    for t in terms or []:
+        term = (t.get("podAffinityTerm") or {}) if weighted else t
+        if term.get("namespaces") or term.get("namespaceSelector") is not None:
+            return True
+    return False
+
+
+def uses_cross_namespace_affinity(spec: dict[str, Any]) -> bool:
+    """``usesCrossNamespacePodAffinity`` of pods.go."""
+    aff = spec.get("affinity") or {}
+    for kind in ("podAffinity", "podAntiAffinity"):
+        a = aff.get(kind) or {}
+        if _cross_ns_terms(a.get("requiredDuringSchedulingIgnoredDuringExecution"), False):
+            return True
+        if _cross_ns_terms(a.get("preferredDuringSchedulingIgnoredDuringExecution"), True):
+            return True
+    return False
+
+
+def _is_ready(status: dict[str, Any]) -> bool:
+    for c in status.get("conditions") or []:
+        if c.get("type") == "Ready":
+            return c.get("status") == "True"
+    return False
+
+
 _INFO_CACHE: dict[str, PodQuotaInfo] = {}
 
 
 def pod_quota_info(pod: dict[str, Any]) -> PodQuotaInfo:
     """Quota-relevant summary of a pod (memoized: large fleets share a few shapes)."""
     spec = pod.get("spec") or {}
-    phase = (pod.get("status") or {}).get("phase") or "Pending"
-    key_src = {
-        "c": [(c.get("name"), c.get("resources")) for c in spec.get("containers") or []],
-        "i": [
+    status = pod.get("status") or {}
+    meta = pod.get("metadata") or {}
+    phase = status.get("phase") or "Pending"
+    deletion = meta.get("deletionTimestamp")
+    grace = meta.get("deletionGracePeriodSeconds")
+    key_src = (
+        [(c.get("name"), c.get("resources")) for c in spec.get("containers") or []],
+        [
             (c.get("name"), c.get("resources"), c.get("restartPolicy"))
             for c in spec.get("initContainers") or []
         ],
-        "o": spec.get("overhead"),
-        "p": phase in TERMINAL_PHASES,
-        "pc": spec.get("priorityClassName") or "",
-        "t": spec.get("activeDeadlineSeconds"),
-    }
+        spec.get("overhead"),
+        phase,
+        spec.get("priorityClassName") or "",
+        spec.get("activeDeadlineSeconds"),
+        bool(spec.get("affinity")) and uses_cross_namespace_affinity(spec),
+        _is_ready(status),
+        deletion,
+        grace,
+    )
     key = repr(key_src)
     hit = _INFO_CACHE.get(key)
     if hit is not None:
         return hit
-    info = _compute_info(spec, phase)
+    info = _compute_info(spec, phase, key_src[6], key_src[7], deletion, grace)
     if len(_INFO_CACHE) < 100_000:
         _INFO_CACHE[key] = info
     return info
 
 
-def _compute_info(spec: dict[str, Any], phase: str) -> PodQuotaInfo:
+def _compute_info(
+    spec: dict[str, Any],
+    phase: str,
+    cross_ns: bool,
+    ready: bool,
+    deletion: str | None,
+    grace: Any,
+) -> PodQuotaInfo:
     terminal = phase in TERMINAL_PHASES
-    usage: dict[str, Quantity] = {"count/pods": Quantity(Fraction(1))}
+    usage: dict[str, Quantity] = {"count/pods": _ONE}
     requests = effective(spec, "requests")
     limits = effective(spec, "limits")
     if not terminal:
-        usage["pods"] = Quantity(Fraction(1))
+        usage["pods"] = _ONE
         for r, q in requests.items():
             if r in _NATIVE_COMPUTE or r.startswith("hugepages-"):
                 usage[r] = q
@@ -165,29 +271,38 @@ def _compute_info(spec: dict[str, Any], phase: str) -> PodQuotaInfo:
         if {"cpu", "memory"} & (req | lim):
             best_effort = False
         containers.append((str(c.get("name") or ""), req, lim))
-    deadline = spec.get("activeDeadlineSeconds")
+    deadline_s = spec.get("activeDeadlineSeconds")
+    deletion_at = parse_time(deletion)
+    deadline = None
+    if deletion_at is not None and grace is not None:
+        deadline = deletion_at + int(grace)
     return PodQuotaInfo(
         usage=usage,
         terminal=terminal,
         priority_class=spec.get("priorityClassName") or "",
         best_effort=best_effort,
-        terminating=deadline is not None and int(deadline) >= 0,
+        terminating=deadline_s is not None and int(deadline_s) >= 0,
         container_resources=tuple(containers),
+        cross_ns_affinity=cross_ns,
+        phase=phase,
+        ready=ready,
+        deleting=deletion is not None,
+        deletion_deadline=deadline,
     )
 
 
-def quota_matches_pod(quota: dict[str, Any], info: PodQuotaInfo) -> bool:
-    """Whether a (possibly scoped) quota applies to a pod."""
+def scope_selectors(quota: dict[str, Any]) -> list[tuple[str, str, list[str]]]:
+    """``getScopeSelectorsFromQuota``: ``spec.scopes`` as Exists, then ``scopeSelector``."""
     spec = quota.get("spec") or {}
-    for scope in spec.get("scopes") or []:
-        if not _scope_matches(scope, "Exists", [], info):
-            return False
-    for expr in (spec.get("scopeSelector") or {}).get("matchExpressions") or []:
-        if not _scope_matches(
-            expr.get("scopeName", ""), expr.get("operator", ""), expr.get("values") or [], info
-        ):
-            return False
-    return True
+    out = [(s, "Exists", []) for s in spec.get("scopes") or []]
+    for e in (spec.get("scopeSelector") or {}).get("matchExpressions") or []:
+        out.append((e.get("scopeName", ""), e.get("operator", ""), e.get("values") or []))
+    return out
+
+
+def quota_matches_pod(quota: dict[str, Any], info: PodQuotaInfo) -> bool:
+    """Whether every scope of a (possibly scoped) quota selects this pod."""
+    return all(_scope_matches(s, op, vals, info) for s, op, vals in scope_selectors(quota))
 
 
 def _scope_matches(scope: str, op: str, values: list[str], info: PodQuotaInfo) -> bool:
@@ -199,22 +314,21 @@ def _scope_matches(scope: str, op: str, values: list[str], info: PodQuotaInfo) -
         return info.best_effort
     if scope == "NotBestEffort":
         return not info.best_effort
+    if scope == "CrossNamespacePodAffinity":
+        return info.cross_ns_affinity
     if scope == "PriorityClass":
         pc = info.priority_class
-        if op == "In":
-            return pc in values
-        if op == "NotIn":
-            return pc not in values
         if op == "Exists":
             return pc != ""
+        # a label selector over {"PriorityClass": pc} (no label when pc is empty)
+        if op == "In":
+            return pc != "" and pc in values
+        if op == "NotIn":
+            return pc == "" or pc not in values
         if op == "DoesNotExist":
             return pc == ""
-    return True
-
-
-def pod_keys(hard: dict[str, Any]) -> list[str]:
-    """Keys of ``spec.hard`` that the pod evaluator maintains."""
-    return [k for k in hard if is_pod_quota_key(k)]
+        return False
+    return False
 
 
 def count_key(resource: str, group: str, hard_key: str) -> bool:
@@ -223,75 +337,145 @@ def count_key(resource: str, group: str, hard_key: str) -> bool:
     return hard_key == full or (not group and LEGACY_COUNT.get(hard_key) == resource)
 
 
-def sum_usage(
-    quota: dict[str, Any], infos: list[PodQuotaInfo], object_counts: dict[str, int]
-) -> dict[str, str]:
-    """``status.used`` for a quota: only keys present in ``spec.hard``."""
-    hard = (quota.get("spec") or {}).get("hard") or {}
-    keys = pod_keys(hard)
+def pod_keys(hard: dict[str, Any]) -> list[str]:
+    """Keys of a ``hard`` list that the pod evaluator maintains."""
+    return [k for k in hard if is_pod_quota_key(k)]
+
+
+def calculate_pod_usage(
+    quota: dict[str, Any], infos: list[PodQuotaInfo], now: float | None = None
+) -> dict[str, Quantity]:
+    """``CalculateUsageStats`` of the pod evaluator for the pod keys of ``spec.hard``."""
+    keys = pod_keys((quota.get("spec") or {}).get("hard") or {})
     totals: dict[str, Quantity] = {k: ZERO for k in keys}
-    if keys:
-        for info in infos:
-            if not quota_matches_pod(quota, info):
-                continue
-            for k in keys:
-                q = info.usage.get(k)
-                if q is not None:
-                    cur = totals[k]
-                    totals[k] = Quantity(cur.value + q.value, cur.binary or q.binary)
-    used = {k: str(v) for k, v in totals.items()}
-    for k in hard:
-        if k in object_counts:
-            used[k] = str(object_counts[k])
-    return used
+    if not keys:
+        return totals
+    sels = scope_selectors(quota)
+    now = time.time() if now is None else now
+    for info in infos:
+        if not all(_scope_matches(s, op, vals, info) for s, op, vals in sels):
+            continue
+        usage = info.usage_at(now)
+        for k in keys:
+            q = usage.get(k)
+            if q is not None:
+                totals[k] = qadd(totals[k], q)
+    return totals
 
 
-def _pretty(d: dict[str, Quantity | Fraction | str]) -> str:
+def equal_lists(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """``quota.Equals`` on two ResourceLists given as strings."""
+    if set(a) != set(b):
+        return False
+    try:
+        return all(parse_quantity(a[k]).value == parse_quantity(b[k]).value for k in a)
+    except ValueError:
+        return a == b
+
+
+class QuotaDenied(Exception):
+    """Admission refused the create; ``str(exc)`` is the reason after ``is forbidden:``."""
+
+
+def _pretty(d: dict[str, Quantity]) -> str:
     return ",".join(f"{k}={d[k]}" for k in sorted(d))
 
 
-def admit_pod(
-    pod_name: str, info: PodQuotaInfo, quotas: list[dict[str, Any]]
-) -> tuple[int, str] | None:
-    """Quota admission for a pod create; returns ``(403, message)`` or ``None`` if admitted.
+def _q(v: Any) -> Quantity:
+    try:
+        return parse_quantity(v)
+    except ValueError:
+        return ZERO
 
-    The message has the exact form of the API server's quota admission plugin.
+
+def check_request(
+    resource: str,
+    group: str,
+    quotas: list[dict[str, Any]],
+    info: PodQuotaInfo | None,
+    now: float | None = None,
+) -> list[tuple[int, dict[str, str]]]:
+    """``CheckRequest`` for a create; returns ``(index, new status.used)`` per charged quota.
+
+    ``info`` is the incoming pod for ``pods``; other resources are object counts. Raises
+    :class:`QuotaDenied` with the plugin's error text.
     """
-    for q in quotas:
-        if not quota_matches_pod(q, info):
+    if (resource, group) in IGNORED:
+        return []
+    if info is not None:
+
+        def matching(k: str) -> bool:
+            return is_pod_quota_key(k)
+
+        def scope_ok(q: dict[str, Any]) -> bool:
+            return quota_matches_pod(q, info)
+
+        usage = info.usage_at(now)
+    else:
+
+        def matching(k: str) -> bool:
+            return count_key(resource, group, k)
+
+        def scope_ok(q: dict[str, Any]) -> bool:
+            return not scope_selectors(q)  # MatchesNoScopeFunc
+
+        usage = {f"count/{resource}" + (f".{group}" if group else ""): _ONE}
+        if not group and resource in LEGACY_COUNT.values():
+            usage[resource] = _ONE
+    interesting: list[int] = []
+    for i, quota in enumerate(quotas):
+        status = quota.get("status") or {}
+        hard = status.get("hard") or {}
+        restricted = [k for k in hard if matching(k)]
+        if not restricted or not scope_ok(quota):
             continue
-        name = q["metadata"]["name"]
-        hard = (q.get("spec") or {}).get("hard") or {}
-        keys = pod_keys(hard)
-        if not keys:
+        name = quota["metadata"]["name"]
+        if info is not None:
+            missing = _missing_constraints(set(restricted) & VALIDATION_SET, info)
+            if missing:
+                raise QuotaDenied(f"failed quota: {name}: {missing}")
+        used = status.get("used") or {}
+        if any(k not in used for k in restricted):
+            raise QuotaDenied(
+                f"status unknown for quota: {name}, resources: {','.join(sorted(restricted))}"
+            )
+        interesting.append(i)
+    delta = {k: v for k, v in usage.items() if v.value != 0}
+    if not interesting or not delta:
+        return []
+    out: list[tuple[int, dict[str, str]]] = []
+    for i in interesting:
+        quota = quotas[i]
+        status = quota.get("status") or {}
+        hard = status.get("hard") or {}
+        used_s = dict(status.get("used") or {})
+        requested = {k: v for k, v in delta.items() if k in hard}
+        if not requested:
             continue
-        missing = _missing_constraints(set(keys) & VALIDATION_SET, info)
-        if missing:
-            return 403, f'pods "{pod_name}" is forbidden: failed quota: {name}: {missing}'
-        used = (q.get("status") or {}).get("used") or {}
-        failed_req: dict[str, Quantity] = {}
-        failed_used: dict[str, str] = {}
-        failed_hard: dict[str, str] = {}
-        for k in keys:
-            delta = info.usage.get(k)
-            if delta is None or delta.value == 0:
-                continue
-            hard_q = parse_quantity(hard[k])
-            cur = parse_quantity(used.get(k, "0"))
-            if cur.value + delta.value > hard_q.value:
-                failed_req[k] = delta
-                failed_used[k] = format_quantity(cur.value, cur.binary or delta.binary)
-                failed_hard[k] = str(hard_q)
-        if failed_req:
-            return 403, (
-                f'pods "{pod_name}" is forbidden: exceeded quota: {name}, '
+        new_used = {k: _q(v) for k, v in used_s.items()}
+        for k, v in requested.items():
+            new_used[k] = qadd(new_used[k], v) if k in new_used else v
+        exceeded = [k for k in requested if new_used[k].value > _q(hard[k]).value]
+        if exceeded:
+            failed_req = {k: requested[k] for k in exceeded}
+            failed_used = {k: _q(used_s[k]) for k in exceeded if k in used_s}
+            failed_hard = {k: _q(hard[k]) for k in exceeded}
+            raise QuotaDenied(
+                f"exceeded quota: {quota['metadata']['name']}, "
                 f"requested: {_pretty(failed_req)}, used: {_pretty(failed_used)}, "
                 f"limited: {_pretty(failed_hard)}"
             )
-    return None
+        new_s = {k: str(v) for k, v in new_used.items()}
+        for k, v in used_s.items():
+            if k not in requested:
+                new_s[k] = v  # untouched entries keep their text
+        if not equal_lists(new_s, used_s):
+            out.append((i, new_s))
+    return out
 
 
 def _missing_constraints(required: set[str], info: PodQuotaInfo) -> str:
+    """``podEvaluator.Constraints``: cpu/memory quotas need them set on every container."""
     if not required:
         return ""
     missing: dict[str, set[str]] = {}
@@ -309,23 +493,3 @@ def _missing_constraints(required: set[str], info: PodQuotaInfo) -> str:
         return ""
     parts = [f"{r} for: {','.join(sorted(missing[r]))}" for r in sorted(missing)]
     return "must specify " + "; ".join(parts)
-
-
-def admit_count(
-    resource: str, group: str, name: str, quotas: list[dict[str, Any]]
-) -> tuple[int, str] | None:
-    """Object-count admission (``count/configmaps`` etc.) for a create."""
-    for q in quotas:
-        hard = (q.get("spec") or {}).get("hard") or {}
-        used = (q.get("status") or {}).get("used") or {}
-        for k, v in hard.items():
-            if count_key(resource, group, k):
-                cur = parse_quantity(used.get(k, "0")).value
-                if cur + 1 > parse_quantity(v).value:
-                    qn = q["metadata"]["name"]
-                    return 403, (
-                        f'{resource} "{name}" is forbidden: exceeded quota: {qn}, '
-                        f"requested: {k}=1, used: {k}={format_quantity(cur)}, "
-                        f"limited: {k}={parse_quantity(v)}"
-                    )
-    return None

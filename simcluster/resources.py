@@ -6,6 +6,22 @@ from dataclasses import dataclass, field
 
 _VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 _BASE_FIELDS = frozenset({"metadata.name", "metadata.namespace"})
+_RBAC = "rbac.authorization.k8s.io"
+_AUTHN, _AUTHZ, _CREATE = "authentication.k8s.io", "authorization.k8s.io", ("create",)
+# pkg/registry/core/event/strategy.go ToSelectableFields (kubectl describe lists events so)
+_EVENT_FIELDS = _BASE_FIELDS | {
+    "involvedObject.kind",
+    "involvedObject.namespace",
+    "involvedObject.name",
+    "involvedObject.uid",
+    "involvedObject.apiVersion",
+    "involvedObject.resourceVersion",
+    "involvedObject.fieldPath",
+    "reason",
+    "reportingComponent",
+    "source",
+    "type",
+}
 
 
 @dataclass(frozen=True)
@@ -21,6 +37,8 @@ class ResourceType:
     subresources: tuple[str, ...] = ()
     fields: frozenset[str] = field(default=_BASE_FIELDS)
     has_status: bool = False
+    verbs: tuple[str, ...] = _VERBS
+    categories: tuple[str, ...] = ()  # discovery `categories` (`kubectl get all`)
 
     @property
     def api_version(self) -> str:
@@ -73,6 +91,7 @@ RESOURCES: tuple[ResourceType, ...] = (
             "status.nominatedNodeName",
         },
         True,
+        categories=("all",),
     ),
     ResourceType(
         "resourcequotas",
@@ -87,9 +106,20 @@ RESOURCES: tuple[ResourceType, ...] = (
     ),
     ResourceType("configmaps", "ConfigMap", "", "v1", True, ("cm",)),
     ResourceType("secrets", "Secret", "", "v1", True, (), (), _BASE_FIELDS | {"type"}),
-    ResourceType("services", "Service", "", "v1", True, ("svc",), ("status",), _BASE_FIELDS, True),
-    ResourceType("serviceaccounts", "ServiceAccount", "", "v1", True, ("sa",)),
-    ResourceType("events", "Event", "", "v1", True, ("ev",)),
+    ResourceType(
+        "services",
+        "Service",
+        "",
+        "v1",
+        True,
+        ("svc",),
+        ("status",),
+        _BASE_FIELDS,
+        True,
+        categories=("all",),
+    ),
+    ResourceType("serviceaccounts", "ServiceAccount", "", "v1", True, ("sa",), ("token",)),
+    ResourceType("events", "Event", "", "v1", True, ("ev",), (), _EVENT_FIELDS),
     ResourceType("limitranges", "LimitRange", "", "v1", True, ("limits",)),
     ResourceType(
         "poddisruptionbudgets",
@@ -103,7 +133,24 @@ RESOURCES: tuple[ResourceType, ...] = (
         True,
     ),
     ResourceType("priorityclasses", "PriorityClass", "scheduling.k8s.io", "v1", False, ("pc",)),
+    # node heartbeats (simcluster/leases.py); no short names in real discovery
+    ResourceType("leases", "Lease", "coordination.k8s.io", "v1", True),
+    # RBAC (simcluster/rbac.py); real discovery lists no short names for these
+    ResourceType("clusterrolebindings", "ClusterRoleBinding", _RBAC, "v1", False),
+    ResourceType("clusterroles", "ClusterRole", _RBAC, "v1", False),
+    ResourceType("rolebindings", "RoleBinding", _RBAC, "v1", True),
+    ResourceType("roles", "Role", _RBAC, "v1", True),
+    # create-only reviews, nothing stored (simcluster/reviews.py)
+    ResourceType("selfsubjectreviews", "SelfSubjectReview", _AUTHN, "v1", False, verbs=_CREATE),
+    ResourceType(
+        "selfsubjectaccessreviews", "SelfSubjectAccessReview", _AUTHZ, "v1", False, verbs=_CREATE
+    ),
+    ResourceType(
+        "selfsubjectrulesreviews", "SelfSubjectRulesReview", _AUTHZ, "v1", False, verbs=_CREATE
+    ),
 )
+# served by simcluster/reviews.py: POST only, never stored
+REVIEWS = frozenset({"selfsubjectreviews", "selfsubjectaccessreviews", "selfsubjectrulesreviews"})
 
 RT: dict[str, ResourceType] = {r.name: r for r in RESOURCES}
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
@@ -122,10 +169,12 @@ def api_resource_list(group_version: str) -> dict:
             "singularName": r.kind.lower(),
             "namespaced": r.namespaced,
             "kind": r.kind,
-            "verbs": list(_VERBS),
+            "verbs": list(r.verbs),
         }
         if r.short_names:
             entry["shortNames"] = list(r.short_names)
+        if r.categories:
+            entry["categories"] = list(r.categories)
         items.append(entry)
         for sub in r.subresources:
             if sub == "eviction":
@@ -137,6 +186,18 @@ def api_resource_list(group_version: str) -> dict:
                         "group": "policy",
                         "version": "v1",
                         "kind": "Eviction",
+                        "verbs": ["create"],
+                    }
+                )
+            elif sub == "token":
+                items.append(
+                    {
+                        "name": f"{r.name}/token",
+                        "singularName": "",
+                        "namespaced": True,
+                        "group": "authentication.k8s.io",
+                        "version": "v1",
+                        "kind": "TokenRequest",
                         "verbs": ["create"],
                     }
                 )

@@ -6,6 +6,7 @@ import contextlib
 import json
 import logging
 import socket
+import ssl
 import threading
 import time
 from collections import Counter
@@ -13,19 +14,23 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
-from simcluster import context
-from simcluster.errors import ApiError, status_body
+from simcluster import context, fieldvalidation, openapi, protobuf, reviews, watchcache
+from simcluster.auth import impersonate, token_request, unauthorized
+from simcluster.errors import ApiError
 from simcluster.faults import Faults
 from simcluster.patch import load_body
+from simcluster.rbac import forbidden
+from simcluster.requestinfo import parse as parse_request
 from simcluster.resources import (
     BY_PATH,
     GROUP_VERSIONS,
+    REVIEWS,
     ResourceType,
     api_group_list,
     api_resource_list,
 )
-from simcluster.selectors import parse_field_selector, parse_label_selector
 from simcluster.tables import table
+from simcluster.tls import server_context
 
 if TYPE_CHECKING:
     from simcluster.cluster import SimCluster
@@ -61,11 +66,18 @@ class SimHTTPServer(ThreadingHTTPServer):
         self.cluster = cluster
         self.stats: Counter[str] = Counter()
         self.stats_lock = threading.Lock()
+        self.tls: ssl.SSLContext | None = None
         super().__init__(addr, Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.debug("connection from %s failed", client_address, exc_info=True)
 
 
 def make_server(cluster: SimCluster, host: str, port: int) -> SimHTTPServer:
-    return SimHTTPServer((host, port), cluster)
+    """The server; one port speaks both HTTP and TLS (kubectl sends tokens only over TLS)."""
+    srv = SimHTTPServer((host, port), cluster)
+    srv.tls, cluster.ca_pem = server_context(host)
+    return srv
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -77,6 +89,32 @@ class Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s " + format, self.address_string(), *args)
+
+    def setup(self) -> None:
+        """Start TLS when the client opens with a TLS handshake record (tls.py)."""
+        self._tls = False
+        # Go's net/http sets TCP_NODELAY on every connection. Without it, a keep-alive
+        # client waits for the delayed ACK (~40 ms) on each small response, and TLS
+        # records (16 KiB each) wait for an ACK at their tail.
+        with contextlib.suppress(OSError):
+            self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.server.tls is not None:
+            try:
+                first = self.request.recv(1, socket.MSG_PEEK)
+            except OSError:
+                first = b""
+            if first == b"\x16":
+                self.request = self.server.tls.wrap_socket(self.request, server_side=True)
+                self._tls = True
+        super().setup()
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            if self._tls:
+                with contextlib.suppress(OSError):
+                    self.request.close()
 
     def do_GET(self) -> None:
         self._handle("GET")
@@ -102,21 +140,35 @@ class Handler(BaseHTTPRequestHandler):
         n = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(n) if n > 0 else b""
 
-    def _send(self, code: int, body: bytes, ctype: str = "application/json") -> None:
+    def _send(
+        self, code: int, body: bytes, ctype: str = "application/json", retry_after: int = 0
+    ) -> None:
         self.send_response(code)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-cache, private")
-        if code == 429:
-            self.send_header("Retry-After", "1")
+        if retry_after > 0:  # responsewriters.ErrorNegotiated: details.retryAfterSeconds
+            self.send_header("Retry-After", str(retry_after))
         for message in context.current().warnings:
             self.send_header("Warning", warning_header(message))
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
 
+    def _send_openapi(self, code: int, headers: dict[str, str], body: bytes) -> None:
+        """An OpenAPI answer with the handler's own caching headers (openapi.py)."""
+        self.send_response(code)
+        headers = {"Cache-Control": "no-cache, private", **headers}
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD" and code not in (304,):
+            self.wfile.write(body)
+
     def _send_error(self, err: ApiError) -> None:
-        self._send(err.code, _dumps(err.status()))
+        retry = int((err.details or {}).get("retryAfterSeconds") or 0)
+        self._send(err.code, _dumps(err.status()), retry_after=retry)
 
     def _handle(self, method: str) -> None:
         cluster = self.server.cluster
@@ -128,27 +180,46 @@ class Handler(BaseHTTPRequestHandler):
             return
         self._count("requests")
         self._count(f"{method} {_kind_of(path)}")
-        if cluster.token:
-            auth = self.headers.get("Authorization", "")
-            if auth != f"Bearer {cluster.token}":
-                self._body()
-                self._send_error(ApiError(401, "Unauthorized", "Unauthorized"))
-                return
+        # authenticate (auth.py), then authorize (requestinfo.py + rbac.py), as the
+        # API server's filter chain does before anything else
+        user = cluster.authn.authenticate(self.headers.get("Authorization"))
+        if user is None:
+            self._body()
+            self._send_error(unauthorized())
+            return
+        try:  # kubectl --as: Impersonate-* headers (auth.py)
+            user = impersonate(cluster.authz, user, self.headers, url.path)
+        except ApiError as err:
+            self._body()
+            self._send_error(err)
+            return
+        context.begin(user)
+        info = parse_request(method, url.path, params)
+        allowed, reason = cluster.authz.authorize(user, info)
+        if not allowed:
+            self._body()
+            self._send_error(forbidden(user, info, reason))
+            context.end()
+            return
         decision = cluster.faults.decide(path)
         if decision.refuse:
             self._count("faults.refused")
             self.close_connection = True
             with contextlib.suppress(OSError):
                 self.connection.shutdown(socket.SHUT_RDWR)
+            context.end()
             return
         if decision.latency_s:
             time.sleep(decision.latency_s)
         body = self._body()
         if decision.error_code:
             self._count("faults.errors")
-            self._send_error(Faults.error_for(decision.error_code))
+            fault = Faults.error_for(decision.error_code)
+            # an injected 429 stands for API priority & fairness, which sends Retry-After: 1
+            retry = 1 if fault.code == 429 else 0
+            self._send(fault.code, _dumps(fault.status()), retry_after=retry)
+            context.end()
             return
-        context.begin()
         try:
             self._route(method, path, params, body)
         except ApiError as err:
@@ -211,6 +282,9 @@ class Handler(BaseHTTPRequestHandler):
     def _route(self, method: str, path: str, params: dict[str, str], body: bytes) -> None:
         if path in ("/healthz", "/readyz", "/livez"):
             self._send(200, b"ok", "text/plain")
+            return
+        if method == "GET" and openapi.handles(path):  # openapi.py (kubectl needs it)
+            self._send_openapi(*openapi.serve(path, params, self.headers))
             return
         if path == "/version":
             self._send(200, _dumps(VERSION))
@@ -285,15 +359,27 @@ class Handler(BaseHTTPRequestHandler):
         if ctype in ("application/json", ""):
             return load_body(body)
         if ctype in ("application/yaml", "application/x-yaml"):
-            import yaml
-
-            return yaml.safe_load(body)
+            return fieldvalidation.yaml_body(body)  # duplicate keys kept for fieldValidation
+        if ctype == protobuf.MEDIA_TYPE:  # kubectl's create/auth commands (protobuf.py)
+            obj = protobuf.decode(body)
+            if obj is not None:
+                return obj
         raise ApiError(
             415,
             f"the body of the request was in an unknown format - accepted media types include: "
             f"application/json, application/yaml (got {ctype})",
             "UnsupportedMediaType",
         )
+
+    def _object_body(self, rt: ResourceType, body: bytes) -> Any:
+        """A create/update body; unparseable JSON worded as the decoder does (rest.go)."""
+        ctype = (self.headers.get("Content-Type") or "application/json").split(";")[0].strip()
+        try:
+            return self._json_body(body)
+        except ApiError as err:
+            if err.code != 400 or ctype not in ("application/json", ""):
+                raise
+            raise fieldvalidation.unrecognized(rt, body, err.message) from None
 
     def _wants_table(self) -> bool:
         accept = self.headers.get("Accept", "")
@@ -309,6 +395,14 @@ class Handler(BaseHTTPRequestHandler):
         path: str,
     ) -> None:
         cluster = self.server.cluster
+        if rt.name in REVIEWS:  # create-only, nothing stored (reviews.py)
+            if method != "POST":
+                raise _method_not_allowed()
+            user = context.current().user
+            obj = fieldvalidation.decode_body(rt, self._json_body(body), params, "CreateOptions")
+            out = reviews.HANDLERS[rt.name](cluster, user, obj)
+            self._send(201, _dumps(out))
+            return
         if method == "GET":
             if params.get("watch", "").lower() in ("1", "true"):
                 self._watch(rt, ns, params)
@@ -323,12 +417,12 @@ class Handler(BaseHTTPRequestHandler):
             if rt.namespaced and ns is None:
                 raise _method_not_allowed()
             code, out = cluster.op_create(
-                rt, ns or "", self._json_body(body), params, self._manager(params)
+                rt, ns or "", self._object_body(rt, body), params, self._manager(params)
             )
             self._send(code, out)
             return
         if method == "DELETE":
-            self._send(200, cluster.op_delete_collection(rt, ns, params))
+            self._send(200, cluster.op_delete_collection(rt, ns, params, load_body(body)))
             return
         raise _method_not_allowed()
 
@@ -343,10 +437,19 @@ class Handler(BaseHTTPRequestHandler):
         body: bytes,
     ) -> None:
         cluster = self.server.cluster
+        if rt.name in REVIEWS:
+            raise ApiError(404, "the server could not find the requested resource", "NotFound")
+        if sub == "token":  # TokenRequest (auth.py)
+            if method != "POST":
+                raise _method_not_allowed()
+            obj = fieldvalidation.decode_sub("TokenRequest", self._json_body(body), params)
+            self._send(201, _dumps(token_request(cluster, ns, name, obj, params)))
+            return
         if sub == "eviction":
             if method != "POST":
                 raise _method_not_allowed()
-            code, out = cluster.op_evict(ns, name, self._json_body(body), params)
+            obj = fieldvalidation.decode_sub("Eviction", self._json_body(body), params)
+            code, out = cluster.op_evict(ns, name, obj, params)
             self._send(code, out)
             return
         if method == "GET":
@@ -364,7 +467,7 @@ class Handler(BaseHTTPRequestHandler):
                 ns,
                 name,
                 "status" if sub == "status" else "",
-                self._json_body(body),
+                self._object_body(rt, body),
                 params,
                 self._manager(params),
             )
@@ -387,34 +490,10 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
 
     def _watch(self, rt: ResourceType, ns: str | None, params: dict[str, str]) -> None:
-        """Newline-delimited JSON events over chunked encoding, like the API server."""
+        """Newline-delimited JSON events over chunked encoding, as the watch cache serves
+        them (simcluster/watchcache.py)."""
         cluster = self.server.cluster
-        store = cluster.store
-        lsel = parse_label_selector(params.get("labelSelector"))
-        fsel = parse_field_selector(params.get("fieldSelector"), rt.fields)
-        try:
-            timeout = float(params.get("timeoutSeconds") or 1800)
-        except ValueError as exc:
-            raise ApiError(400, "invalid timeoutSeconds") from exc
-        bookmarks = params.get("allowWatchBookmarks", "").lower() in ("1", "true")
-        rv_param = params.get("resourceVersion") or ""
-        initial: list[bytes] = []
-        with store.lock:
-            if rv_param in ("", "0"):
-                keys, lo, hi = store.key_range(rt.name, ns)
-                objs = store.objects[rt.name]
-                for k in keys[lo:hi]:
-                    rec = objs[k]
-                    if (lsel is None or lsel(rec.labels)) and (fsel is None or fsel(rec.fields)):
-                        initial.append(b'{"type":"ADDED","object":' + rec.raw + b"}\n")
-                last = store.rv
-            else:
-                try:
-                    last = int(rv_param)
-                except ValueError as exc:
-                    raise ApiError(400, f"invalid resource version: {rv_param!r}") from exc
-            too_old = store.events_after(last) is None
-            oldest = store.oldest_watchable_rv()
+        plan = watchcache.prepare(cluster, rt, ns, params)
         self._count("watches")
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -422,78 +501,16 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache, private")
         self.end_headers()
         try:
-            if too_old:
-                self._chunk(_gone_event(last, oldest))
-            else:
-                for i in range(0, len(initial), 500):
-                    self._chunk(b"".join(initial[i : i + 500]))
-                self._stream(rt, ns, lsel, fsel, last, timeout, bookmarks)
+            watchcache.run(cluster, plan, self._chunk)
             self.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError, OSError):
             self.close_connection = True
-
-    def _stream(
-        self,
-        rt: ResourceType,
-        ns: str | None,
-        lsel: Any,
-        fsel: Any,
-        last: int,
-        timeout: float,
-        bookmarks: bool,
-    ) -> None:
-        cluster = self.server.cluster
-        store = cluster.store
-        deadline = time.monotonic() + timeout
-        interval = cluster.bookmark_interval_s
-        next_bookmark = time.monotonic() + interval
-        while True:
-            now = time.monotonic()
-            if now >= deadline:
-                return
-            with store.cond:
-                events = store.events_after(last)
-                if events == [] and not store.closed:
-                    store.cond.wait(timeout=max(0.0, min(deadline, next_bookmark) - now))
-                    events = store.events_after(last)
-                closed = store.closed
-                oldest = store.oldest_watchable_rv()
-            if events is None:
-                self._chunk(_gone_event(last, oldest))
-                return
-            out = []
-            for ev in events:
-                last = ev.rv
-                if ev.resource != rt.name or (ns is not None and ev.namespace != ns):
-                    continue
-                if lsel is not None and not lsel(ev.labels):
-                    continue
-                if fsel is not None and not fsel(ev.fields):
-                    continue
-                out.append(ev.line())
-            if out:
-                self._chunk(b"".join(out))
-            if bookmarks and time.monotonic() >= next_bookmark:
-                obj = {
-                    "kind": rt.kind,
-                    "apiVersion": rt.api_version,
-                    "metadata": {"resourceVersion": str(last)},
-                }
-                self._chunk(b'{"type":"BOOKMARK","object":' + _dumps(obj) + b"}\n")
-                next_bookmark = time.monotonic() + interval
-            if closed:
-                return
 
 
 def warning_header(message: str) -> str:
     """``299 - "text"``: the API server's warning header (RFC 7234 warn-code 299)."""
     text = message.replace("\\", "\\\\").replace('"', '\\"')
     return f'299 - "{text}"'
-
-
-def _gone_event(rv: int, oldest: int) -> bytes:
-    st = status_body(410, f"too old resource version: {rv} ({oldest})", "Expired")
-    return b'{"type":"ERROR","object":' + _dumps(st) + b"}\n"
 
 
 def _method_not_allowed() -> ApiError:

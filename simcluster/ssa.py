@@ -1,182 +1,244 @@
-"""Server-side apply and ``metadata.managedFields`` (field ownership per manager).
+"""Server-side apply and ``metadata.managedFields``, as the v1.32 field manager keeps them.
 
-Ownership is tracked at leaf level (scalars and whole lists); map keys such as
-``spec.hard["requests.nvidia.com/gpu"]`` are separate fields, so two managers can own
-different keys of the same map, as on a real server.
+Follows ``staging/src/k8s.io/apimachinery/pkg/util/managedfields/internal/``:
+``structuredmerge.go`` (Apply/Update through sigs.k8s.io/structured-merge-diff
+``merge/update.go``: merge, prune, conflicts; emulated in :mod:`simcluster.smd`),
+``managedfieldsupdater.go`` (an Update manager's set is merged with its previous one and
+timestamped when it changed anything; an applier's time moves when the object changed),
+``stripmeta.go`` (apiVersion, kind, metadata.name/namespace/uid/... are never owned),
+``capmanagers.go`` (beyond 10 Update managers the oldest merge into ``ancient-changes``),
+``managedfields.go`` (entry identity = manager, operation, apiVersion for updates,
+subresource; entries sorted by operation, time, manager, apiVersion, subresource) and
+``conflict.go`` (the 409 message and causes; managers printed ``"name"``, ``with
+subresource "status"``, ``using v1`` for Update managers -- the identity holds no time).
+
+What an applier owns is exactly the field set of its configuration: sending an empty or
+smaller map keeps the keys other managers own, and drops (prunes) only the keys this
+applier applied before, no longer sends, and nobody else owns. Writes to the main resource
+of a type with a status subresource ignore ``status`` (its reset fields); writes to
+``/status`` own only ``status`` and are recorded with ``subresource: status``.
 """
 
 from __future__ import annotations
 
 import copy
+import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from simcluster.errors import ApiError
+from simcluster.fielderrors import go_quote
+from simcluster.resources import RESOURCES
+from simcluster.smd import (
+    Path,
+    TypeRef,
+    compare,
+    ensure_named,
+    fields_v1,
+    filter_paths,
+    merge,
+    parse_fields_v1,
+    path_order,
+    path_string,
+    remove_items,
+    root_type,
+    to_field_set,
+)
 
-Path = tuple[str, ...]
-
-_UNTRACKED_META = {
-    "name",
-    "namespace",
-    "uid",
-    "resourceVersion",
-    "creationTimestamp",
-    "generation",
-    "managedFields",
-    "selfLink",
-    "deletionTimestamp",
-    "deletionGracePeriodSeconds",
-}
-
-
-def leaves(obj: dict[str, Any], track_status: bool = False) -> dict[Path, Any]:
-    """Flatten an object into tracked leaf paths -> values (what a manager can own)."""
-    out: dict[Path, Any] = {}
-    for k, v in obj.items():
-        if k in ("apiVersion", "kind"):
-            continue
-        if k == "status" and not track_status:
-            continue
-        if k == "metadata" and isinstance(v, dict):
-            for mk, mv in v.items():
-                if mk in _UNTRACKED_META:
-                    continue
-                _flatten(("metadata", mk), mv, out)
-            continue
-        _flatten((k,), v, out)
-    return out
-
-
-def _flatten(prefix: Path, v: Any, out: dict[Path, Any]) -> None:
-    if isinstance(v, dict) and v:
-        for k, sub in v.items():
-            _flatten((*prefix, k), sub, out)
-    else:
-        out[prefix] = v
-
-
-def fields_v1(paths: list[Path] | set[Path]) -> dict[str, Any]:
-    """Render paths in the ``FieldsV1`` shape (``{"f:spec":{"f:hard":{"f:cpu":{}}}}``)."""
-    root: dict[str, Any] = {}
-    for p in sorted(paths):
-        node = root
-        for part in p:
-            node = node.setdefault(f"f:{part}", {})
-    return root
-
-
-def parse_fields_v1(fv: dict[str, Any], prefix: Path = ()) -> set[Path]:
-    """Inverse of :func:`fields_v1` for the shapes this server writes (and ``.`` markers)."""
-    out: set[Path] = set()
-    for k, v in (fv or {}).items():
-        if not k.startswith("f:"):
-            continue
-        p = (*prefix, k[2:])
-        children = {ck: cv for ck, cv in (v or {}).items() if ck.startswith("f:")}
-        if children:
-            out |= parse_fields_v1(children, p)
-        else:
-            out.add(p)
-    return out
-
-
-def _path_str(p: Path) -> str:
-    return "".join(f".{x}" for x in p)
+MAX_UPDATE_MANAGERS = 10
+ANCIENT = "ancient-changes"
+_STRIP: frozenset[Path] = frozenset(
+    [("apiVersion",), ("kind",), ("metadata",)]
+    + [
+        ("metadata", f)
+        for f in (
+            "name",
+            "namespace",
+            "creationTimestamp",
+            "selfLink",
+            "uid",
+            "clusterName",
+            "generation",
+            "managedFields",
+            "resourceVersion",
+        )
+    ]
+)
+# set by the server (graceful deletion), never through the field manager
+_SERVER_SET = frozenset(
+    [("metadata", "deletionTimestamp"), ("metadata", "deletionGracePeriodSeconds")]
+)
+_HAS_STATUS = {(r.api_version, r.kind): r.has_status for r in RESOURCES}
+_API_VERSION = {r.name: r.api_version for r in RESOURCES}
 
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _get_managers(obj: dict[str, Any]) -> list[dict[str, Any]]:
-    return list((obj.get("metadata") or {}).get("managedFields") or [])
+@dataclass
+class Entry:
+    """One ``ManagedFieldsEntry`` in decoded form."""
 
+    manager: str
+    operation: str
+    api_version: str
+    subresource: str
+    time: str | None
+    paths: set[Path]
 
-def _owned(entry: dict[str, Any]) -> set[Path]:
-    return parse_fields_v1(entry.get("fieldsV1") or {})
+    @property
+    def ident(self) -> tuple[str, str, str, str]:
+        """``BuildManagerIdentifier``: appliers are one manager whatever their apiVersion."""
+        version = "" if self.operation == "Apply" else self.api_version
+        return (self.manager, self.operation, version, self.subresource)
 
-
-def _set_entry(
-    managers: list[dict[str, Any]],
-    manager: str,
-    operation: str,
-    api_version: str,
-    paths: set[Path],
-    subresource: str = "",
-) -> list[dict[str, Any]]:
-    out = [
-        m
-        for m in managers
-        if not (
-            m.get("manager") == manager
-            and m.get("operation") == operation
-            and m.get("subresource", "") == subresource
-        )
-    ]
-    if paths:
-        entry: dict[str, Any] = {
-            "manager": manager,
-            "operation": operation,
-            "apiVersion": api_version,
-            "time": _now(),
-            "fieldsType": "FieldsV1",
-            "fieldsV1": fields_v1(paths),
+    def encode(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "manager": self.manager,
+            "operation": self.operation,
+            "apiVersion": self.api_version,
         }
-        if subresource:
-            entry["subresource"] = subresource
-        out.append(entry)
+        if self.time:
+            out["time"] = self.time
+        out["fieldsType"] = "FieldsV1"
+        out["fieldsV1"] = fields_v1(self.paths)
+        if self.subresource:
+            out["subresource"] = self.subresource
+        return out
+
+    def printed(self) -> str:
+        """``printManager``: how a conflict message names this manager."""
+        s = go_quote(self.manager)
+        if self.subresource:
+            s += f" with subresource {go_quote(self.subresource)}"
+        if self.operation == "Update":
+            s += f" using {self.api_version}"
+        return s
+
+
+Managers = dict[tuple[str, str, str, str], Entry]
+
+
+def decode_managers(obj: dict[str, Any] | None) -> Managers:
+    """The managers recorded in ``obj.metadata.managedFields``."""
+    out: Managers = {}
+    for m in ((obj or {}).get("metadata") or {}).get("managedFields") or []:
+        if not isinstance(m, dict) or m.get("operation") not in ("Apply", "Update"):
+            continue
+        e = Entry(
+            str(m.get("manager", "")),
+            m["operation"],
+            str(m.get("apiVersion", "")),
+            str(m.get("subresource", "")),
+            m.get("time"),
+            parse_fields_v1(m.get("fieldsV1") or {}),
+        )
+        out[e.ident] = e
     return out
 
 
-def _strip(managers: list[dict[str, Any]], paths: set[Path]) -> list[dict[str, Any]]:
-    out = []
-    for m in managers:
-        owned = _owned(m)
-        if owned & paths:
-            rest = owned - paths
-            if not rest:
-                continue
-            m = dict(m)
-            m["fieldsV1"] = fields_v1(rest)
-        out.append(m)
+def encode_managers(managers: Managers) -> list[dict[str, Any]]:
+    """``encodeManagedFields``: non-empty entries in ``sortEncodedManagedFields`` order."""
+    entries = [e for e in managers.values() if e.paths]
+    entries.sort(key=lambda e: (e.operation, e.time or "", e.manager, e.api_version, e.subresource))
+    return [e.encode() for e in entries]
+
+
+def _store(obj: dict[str, Any], managers: Managers) -> None:
+    meta = obj.setdefault("metadata", {})
+    encoded = encode_managers(managers)
+    if encoded:
+        meta["managedFields"] = encoded
+    else:
+        meta.pop("managedFields", None)
+
+
+def _scoped(paths: set[Path], api_version: str, kind: str, subresource: str) -> set[Path]:
+    """Reset fields (the strategy's) and stripped metadata are nobody's."""
+    paths = {p for p in paths if p not in _STRIP and p[:2] not in _SERVER_SET}
+    if subresource == "status":
+        return filter_paths(paths, keep="status")
+    if _HAS_STATUS.get((api_version, kind)):
+        return filter_paths(paths, drop="status")
+    return paths
+
+
+def _view(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object without its managed fields (never compared)."""
+    out = dict(obj)
+    meta = dict(out.get("metadata") or {})
+    meta.pop("managedFields", None)
+    out["metadata"] = meta
     return out
 
 
+def _empty_like(obj: dict[str, Any]) -> dict[str, Any]:
+    """The zero value of the object's type, as the field manager compares a create against."""
+    out: dict[str, Any] = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind")}
+    out["metadata"] = {}
+    for k in ("spec", "status"):
+        if isinstance(obj.get(k), dict):
+            out[k] = {}
+    return out
+
+
+# --------------------------------------------------------------------- update
 def record_update(
     old: dict[str, Any] | None, new: dict[str, Any], manager: str, subresource: str = ""
 ) -> None:
-    """Update ``new.metadata.managedFields`` for a non-apply write (create/update/patch).
+    """Update ``new.metadata.managedFields`` for a create, update or non-apply patch.
 
-    The writer takes ownership of every field it changed; fields it removed are dropped
-    from every manager. This is how a hand edit ``steals`` a field from an applier.
+    The writer owns what it added or changed (merged with what it owned before); every
+    other manager loses those fields and every manager loses the fields removed.
     """
-    track_status = subresource == "status"
-    new_leaves = leaves(new, track_status)
-    old_leaves = leaves(old, track_status) if old else {}
-    changed = {p for p, v in new_leaves.items() if p not in old_leaves or old_leaves[p] != v}
-    removed = set(old_leaves) - set(new_leaves)
-    managers = _get_managers(old) if old else []
-    managers = _strip(managers, changed | removed)
+    api_version, kind = str(new.get("apiVersion", "")), str(new.get("kind", ""))
+    t = root_type(api_version, kind)
+    managers = decode_managers(old)
+    base = _view(old) if old is not None else _empty_like(new)
+    c = compare(base, _view(new), t)
+    changed = _scoped(c.added | c.modified, api_version, kind, subresource)
+    removed = _scoped(c.removed, api_version, kind, subresource)
+    if changed or removed:
+        for e in managers.values():
+            e.paths -= changed
+            e.paths -= removed
     if changed:
-        mine = next(
-            (
-                m
-                for m in managers
-                if m.get("manager") == manager
-                and m.get("operation") == "Update"
-                and m.get("subresource", "") == subresource
-            ),
-            None,
-        )
-        paths = (_owned(mine) if mine else set()) | changed
-        managers = _set_entry(
-            managers, manager, "Update", new.get("apiVersion", "v1"), paths, subresource
-        )
-    new.setdefault("metadata", {})["managedFields"] = managers
-    if not managers:
-        new["metadata"].pop("managedFields", None)
+        ident = (manager, "Update", api_version, subresource)
+        prev = managers.get(ident)
+        paths = changed | (prev.paths if prev else set())
+        managers[ident] = Entry(manager, "Update", api_version, subresource, _now(), paths)
+    _cap_updaters(managers)
+    _store(new, managers)
 
 
+def _cap_updaters(managers: Managers) -> None:
+    """``capUpdateManagers``: merge the oldest Update entries into ``ancient-changes``."""
+    updaters = [k for k, e in managers.items() if e.operation == "Update" and e.paths]
+    if len(updaters) <= MAX_UPDATE_MANAGERS:
+        return
+    updaters.sort(key=lambda k: (managers[k].time or "", json.dumps(k)))
+    first: dict[str, tuple[str, str, str, str]] = {}
+    length = len(updaters)
+    for k in updaters:
+        if length <= MAX_UPDATE_MANAGERS:
+            break
+        e = managers[k]
+        bucket = (ANCIENT, "Update", e.api_version, "")
+        if e.api_version in first:
+            if bucket not in managers:
+                b = managers.pop(first[e.api_version])
+                managers[bucket] = Entry(ANCIENT, "Update", e.api_version, "", b.time, b.paths)
+            managers[bucket].paths = managers[bucket].paths | e.paths
+            managers[bucket].time = e.time
+            del managers[k]
+            length -= 1
+        else:
+            first[e.api_version] = k
+
+
+# ---------------------------------------------------------------------- apply
 def server_side_apply(
     live: dict[str, Any] | None,
     applied: dict[str, Any],
@@ -184,96 +246,100 @@ def server_side_apply(
     force: bool,
     resource: str,
     name: str,
+    subresource: str = "",
 ) -> dict[str, Any]:
     """Merge an applied configuration into the live object and return the new object.
 
-    Conflicts (a field owned by another manager with a different value) raise 409 unless
-    ``force``; forced fields move to ``manager``. Fields this manager applied before but
-    omits now are removed unless another manager also owns them.
+    Raises the real 409 when another manager owns a field the configuration changes
+    (unless ``force``: the fields then move to this applier).
     """
-    applied_leaves = leaves(applied)
-    base = copy.deepcopy(live) if live else {}
-    managers = _get_managers(base)
-    live_leaves = leaves(base) if live else {}
-    conflicts: dict[str, list[Path]] = {}
-    for m in managers:
-        if m.get("manager") == manager or m.get("subresource"):
-            continue
-        for p in _owned(m) & set(applied_leaves):
-            if p in live_leaves and live_leaves[p] != applied_leaves[p]:
-                conflicts.setdefault(m.get("manager", ""), []).append(p)
+    meta = applied.get("metadata") or {}
+    if "managedFields" in meta:
+        raise ApiError(400, "metadata.managedFields must be nil", "BadRequest")
+    expected = (live or {}).get("apiVersion") or _API_VERSION.get(resource, "")
+    version = str(applied.get("apiVersion", ""))
+    if expected and version != expected:
+        raise ApiError(
+            400,
+            f"Incorrect version specified in apply patch. Specified patch version: {version}, "
+            f"expected: {expected}",
+            "BadRequest",
+        )
+    kind = str(applied.get("kind", ""))
+    t = root_type(version, kind)
+    managers = decode_managers(live)
+    base = _view(live) if live is not None else _empty_like(applied)
+    config = copy.deepcopy(applied)
+    merged = merge(base, config, t)
+    ident = (manager, "Apply", "", subresource)
+    prev = managers.get(ident)
+    last = prev.paths if prev else set()
+    mine = _scoped(to_field_set(config, t), version, kind, subresource)
+    managers[ident] = Entry(
+        manager, "Apply", version, subresource, prev.time if prev else None, mine
+    )
+    if last:
+        _prune(merged, last, managers, t)
+    c = compare(base, merged, t)
+    changed = _scoped(c.added | c.modified, version, kind, subresource)
+    removed = _scoped(c.removed, version, kind, subresource)
+    conflicts = {
+        k: e.paths & changed for k, e in managers.items() if k != ident and e.paths & changed
+    }
     if conflicts and not force:
-        raise _conflict_error(conflicts, resource, name)
-    prev = next(
-        (m for m in managers if m.get("manager") == manager and m.get("operation") == "Apply"),
-        None,
-    )
-    prev_owned = _owned(prev) if prev else set()
-    if force and conflicts:
-        taken = {p for ps in conflicts.values() for p in ps}
-        mine = [m for m in managers if m.get("manager") == manager]
-        managers = _strip([m for m in managers if m.get("manager") != manager], taken) + mine
-    others: set[Path] = set()
-    for m in managers:
-        if not (m.get("manager") == manager and m.get("operation") == "Apply"):
-            others |= _owned(m)
-    result = base
-    for p in prev_owned - set(applied_leaves) - others:
-        _delete_path(result, p)
-    for p, v in applied_leaves.items():
-        _set_path(result, p, copy.deepcopy(v))
-    for k in ("apiVersion", "kind"):
-        if k in applied:
-            result[k] = applied[k]
-    meta = result.setdefault("metadata", {})
-    meta.setdefault("name", name)
-    managers = _set_entry(
-        managers, manager, "Apply", applied.get("apiVersion", "v1"), set(applied_leaves)
-    )
-    meta["managedFields"] = managers
-    return result
+        raise conflict_error([(managers[k], paths) for k, paths in conflicts.items()])
+    for k, e in managers.items():
+        if k != ident:
+            e.paths = e.paths - changed - removed
+    if changed or removed:
+        managers[ident].time = _now()
+    merged.setdefault("metadata", {}).setdefault("name", name)
+    _store(merged, managers)
+    return merged
 
 
-def _conflict_error(conflicts: dict[str, list[Path]], resource: str, name: str) -> ApiError:
-    total = sum(len(v) for v in conflicts.values())
-    lines = []
-    causes = []
-    for mgr, paths in sorted(conflicts.items()):
-        for p in sorted(paths):
-            causes.append(
-                {
-                    "reason": "FieldManagerConflict",
-                    "message": f'conflict with "{mgr}"',
-                    "field": _path_str(p),
-                }
-            )
-        if len(paths) == 1:
-            lines.append(f'conflict with "{mgr}": {_path_str(paths[0])}')
-        else:
-            lines.append(
-                f'conflicts with "{mgr}":\n' + "\n".join(f"- {_path_str(p)}" for p in paths)
-            )
-    plural = "conflict" if total == 1 else "conflicts"
-    msg = f"Apply failed with {total} {plural}: " + "\n".join(lines)
-    return ApiError(409, msg, "Conflict", {"name": name, "kind": resource, "causes": causes})
+def _prune(merged: dict[str, Any], last: set[Path], managers: Managers, t: TypeRef) -> None:
+    """``Updater.prune``: remove what this applier applied before, dropped now, and nobody
+    else (appliers or updaters) owns -- named struct fields count as owned when anything
+    below them is (EnsureNamedFieldsAreMembers)."""
+    owned: set[Path] = set()
+    for e in managers.values():
+        owned |= e.paths
+    owned = ensure_named(owned, t)
+    remove_items(merged, ensure_named(last, t) - owned, t)
 
 
-def _set_path(obj: dict[str, Any], p: Path, value: Any) -> None:
-    node = obj
-    for part in p[:-1]:
-        nxt = node.get(part)
-        if not isinstance(nxt, dict):
-            nxt = {}
-            node[part] = nxt
-        node = nxt
-    node[p[-1]] = value
+def conflict_error(conflicts: list[tuple[Entry, set[Path]]]) -> ApiError:
+    """``NewConflictError``: 409 Conflict with one cause per conflicting field."""
+    flat = [(e, p) for e, paths in conflicts for p in sorted(paths, key=path_order)]
+    flat.sort(key=lambda ep: (ep[0].printed(), path_order(ep[1])))
+    causes = [
+        {
+            "reason": "FieldManagerConflict",
+            "message": f"conflict with {e.printed()}",
+            "field": path_string(p),
+        }
+        for e, p in flat
+    ]
+    if len(flat) == 1:
+        e, p = flat[0]
+        msg = f"Apply failed with 1 conflict: conflict with {e.printed()}: {path_string(p)}"
+    else:
+        lines: list[str] = []
+        seen: list[str] = []
+        for e, _ in flat:
+            if e.printed() not in seen:
+                seen.append(e.printed())
+        for who in sorted(seen):
+            lines.append(f"conflicts with {who}:")
+            lines.extend(f"- {path_string(p)}" for e, p in flat if e.printed() == who)
+        msg = f"Apply failed with {len(flat)} conflicts: " + "\n".join(lines)
+    return ApiError(409, msg, "Conflict", {"causes": causes})
 
 
-def _delete_path(obj: dict[str, Any], p: Path) -> None:
-    node: Any = obj
-    for part in p[:-1]:
-        if not isinstance(node, dict) or part not in node:
-            return
-        node = node[part]
-    if isinstance(node, dict):
-        node.pop(p[-1], None)
+def force_forbidden() -> ApiError:
+    """``ValidatePatchOptions``: ``force`` on a patch that is not an apply patch."""
+    from simcluster.fielderrors import forbidden, invalid_error
+
+    err = forbidden("force", "may not be specified for non-apply patch")
+    return invalid_error("PatchOptions", "meta.k8s.io", "", [err])

@@ -21,6 +21,7 @@ class RunningSim:
     kubeconfig: str
     process: subprocess.Popen[str]
     stop: Callable[[], None]
+    token: str = ""  # the admin's bearer token (read back from the kubeconfig)
 
 
 def start_subprocess(
@@ -85,4 +86,15 @@ def start_subprocess(
         if proc.stdout:
             proc.stdout.close()
 
-    return RunningSim(url=url, kubeconfig=kc, process=proc, stop=stop)
+    return RunningSim(url=url, kubeconfig=kc, process=proc, stop=stop, token=_admin_token(kc))
+
+
+def _admin_token(kubeconfig: str) -> str:
+    """The token of the kubeconfig the simulator wrote (authentication is always on)."""
+    import yaml
+
+    try:
+        users = yaml.safe_load(Path(kubeconfig).read_text()).get("users") or []
+    except (OSError, AttributeError):
+        return ""
+    return next((u.get("user", {}).get("token", "") for u in users), "")

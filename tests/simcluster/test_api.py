@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 
@@ -156,7 +157,10 @@ def test_create_existing_and_errors(v1: client.CoreV1Api) -> None:
         v1.api_client.configuration.host + "/api/v1/nodes/a100-00",
         data=b"{}",
         method="PATCH",
-        headers={"Content-Type": "text/plain"},
+        headers={
+            "Content-Type": "text/plain",
+            "Authorization": v1.api_client.configuration.api_key["authorization"],
+        },
     )
     with pytest.raises(urllib.error.HTTPError) as he:
         urllib.request.urlopen(req)
@@ -206,10 +210,13 @@ def test_gpu_limit_required(v1: client.CoreV1Api) -> None:
     assert ei.value.status == 422
 
 
-def test_eviction(v1: client.CoreV1Api) -> None:
+def test_eviction(sim: SimCluster, v1: client.CoreV1Api) -> None:
     v1.create_namespaced_pod("robotics", _pod("victim", 1, node="v100-02"))
     ev = client.V1Eviction(metadata=client.V1ObjectMeta(name="victim", namespace="robotics"))
     v1.create_namespaced_pod_eviction("victim", "robotics", ev)
+    # graceful: Terminating until the kubelet emulation has stopped it (pod_stop_s)
+    assert v1.read_namespaced_pod("victim", "robotics").metadata.deletion_timestamp
+    assert sim.wait_for_controllers()
     with pytest.raises(ApiException) as ei:
         v1.read_namespaced_pod("victim", "robotics")
     assert ei.value.status == 404
@@ -250,14 +257,23 @@ def test_configmap_crud_and_apply(v1: client.CoreV1Api) -> None:
         v1.read_namespaced_config_map("d", "genomics")
 
 
-def test_namespace_lifecycle(v1: client.CoreV1Api) -> None:
+def test_namespace_lifecycle(sim: SimCluster, v1: client.CoreV1Api) -> None:
+    sim.namespace_controller.sync_s = 0.05  # the real controller waits 5 s
     v1.create_namespace({"metadata": {"name": "tmp-ns", "labels": {"a": "b"}}})
     ns = v1.read_namespace("tmp-ns")
     assert ns.metadata.labels["kubernetes.io/metadata.name"] == "tmp-ns"
     v1.create_namespaced_pod("tmp-ns", _pod("x"))
-    v1.delete_namespace("tmp-ns")
-    with pytest.raises(ApiException):
-        v1.read_namespace("tmp-ns")
+    v1.delete_namespace("tmp-ns")  # Terminating; the namespace controller empties it
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            v1.read_namespace("tmp-ns")
+        except ApiException as err:
+            assert err.status == 404
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("namespace not removed")
     assert not v1.list_pod_for_all_namespaces(field_selector="metadata.namespace=tmp-ns").items
     with pytest.raises(ApiException) as ei:
         v1.create_namespaced_pod("tmp-ns", _pod("y"))

@@ -1,4 +1,9 @@
-"""ResourceQuota status, admission and server-side apply."""
+"""ResourceQuota status, admission and server-side apply.
+
+The quota controller is asynchronous (pkg/controller/resourcequota/
+resource_quota_controller.go): tests wait for it with ``sim.wait_for_controllers()``;
+admission charges ``status.used`` itself at once (admission/plugin/resourcequota).
+"""
 
 from __future__ import annotations
 
@@ -26,7 +31,7 @@ def _quota(v1: client.CoreV1Api, ns: str, name: str = "gpu-quota") -> dict:
     return v1.read_namespaced_resource_quota(name, ns).status
 
 
-def test_status_hard_used(v1: client.CoreV1Api) -> None:
+def test_status_hard_used(sim: SimCluster, v1: client.CoreV1Api) -> None:
     v1.create_namespace({"metadata": {"name": "qa"}})
     v1.create_namespaced_resource_quota(
         "qa",
@@ -43,6 +48,7 @@ def test_status_hard_used(v1: client.CoreV1Api) -> None:
             },
         },
     )
+    assert sim.wait_for_controllers()
     st = _quota(v1, "qa")
     assert st.hard["requests.nvidia.com/gpu"] == "10"
     assert st.used == {"requests.nvidia.com/gpu": "0", "count/pods": "0", "pods": "0"}
@@ -67,10 +73,12 @@ def test_status_hard_used(v1: client.CoreV1Api) -> None:
     assert "limits.nvidia.com/gpu" not in st.used and "nvidia.com/gpu" not in st.used
     assert st.used["pods"] == "3" and st.used["count/pods"] == "3"
     v1.patch_namespaced_pod_status("run", "qa", {"status": {"phase": "Succeeded"}})
+    assert sim.wait_for_controllers()  # replenishment: the pod stopped counting
     st = _quota(v1, "qa")
     assert st.used["requests.nvidia.com/gpu"] == "8"
     assert st.used["pods"] == "2" and st.used["count/pods"] == "3"
-    v1.delete_namespaced_pod("init", "qa")
+    v1.delete_namespaced_pod("init", "qa")  # unscheduled: deleted at once
+    assert sim.wait_for_controllers()
     assert _quota(v1, "qa").used["requests.nvidia.com/gpu"] == "3"
 
 
@@ -106,10 +114,11 @@ def test_priority_class_scope(v1: client.CoreV1Api) -> None:
     assert _quota(v1, "nlp-research", "gpu-high-priority").used["requests.nvidia.com/gpu"] == "16"
 
 
-def test_cpu_quota_requires_requests(v1: client.CoreV1Api) -> None:
+def test_cpu_quota_requires_requests(sim: SimCluster, v1: client.CoreV1Api) -> None:
     v1.create_namespaced_resource_quota(
         "robotics", {"metadata": {"name": "cpu"}, "spec": {"hard": {"requests.cpu": "100"}}}
     )
+    assert sim.wait_for_controllers()  # enforced once status.hard is synced
     with pytest.raises(ApiException) as ei:
         v1.create_namespaced_pod("robotics", _gpu_pod("nocpu", 1))
     msg = json.loads(ei.value.body)["message"]
@@ -118,7 +127,7 @@ def test_cpu_quota_requires_requests(v1: client.CoreV1Api) -> None:
     )
 
 
-def test_server_side_apply(v1: client.CoreV1Api) -> None:
+def test_server_side_apply(sim: SimCluster, v1: client.CoreV1Api) -> None:
     # a hand edit owns requests.cpu; the portal applies only the GPU key
     v1.create_namespaced_resource_quota(
         "robotics",
@@ -135,6 +144,8 @@ def test_server_side_apply(v1: client.CoreV1Api) -> None:
         "gpu-quota", "robotics", body, field_manager="portal", force=True, _content_type=APPLY
     )
     assert rq.spec.hard == {"requests.cpu": "64", "requests.nvidia.com/gpu": "4"}
+    assert sim.wait_for_controllers()
+    rq = v1.read_namespaced_resource_quota("gpu-quota", "robotics")
     assert rq.status.used["requests.nvidia.com/gpu"] == "3"
     managers = {(m.manager, m.operation) for m in rq.metadata.managed_fields}
     assert ("portal", "Apply") in managers and ("kubectl-edit", "Update") in managers
@@ -173,11 +184,14 @@ def test_apply_yaml_body_creates(sim: SimCluster) -> None:
         sim.url + "/api/v1/namespaces/ml-vision/resourcequotas/q2?fieldManager=portal",
         data=yaml_body,
         method="PATCH",
-        headers={"Content-Type": APPLY},
+        headers={"Content-Type": APPLY, "Authorization": f"Bearer {sim.token}"},
     )
     with urllib.request.urlopen(req) as resp:
         assert resp.status == 201
         data = json.loads(resp.read())
+    assert data["status"] == {}  # cleared on create; the controller fills it
+    assert sim.wait_for_controllers()
+    data = sim.get("resourcequotas", "q2", "ml-vision")
     assert data["status"]["used"]["requests.nvidia.com/mig-1g.10gb"] == "4"
     assert data["metadata"]["managedFields"][0]["manager"] == "portal"
 

@@ -50,7 +50,9 @@ def test_watch_bookmarks_and_selector(sim: SimCluster, v1: client.CoreV1Api) -> 
             "genomics",
             resource_version=rv,
             allow_watch_bookmarks=True,
-            timeout_seconds=1,
+            # the cacher sends no bookmark in a watch's last 2 s (cache_watcher.go
+            # nextBookmarkTime): a 1 s watch would see none
+            timeout_seconds=3,
         )
     )
     types = [e["type"] for e in events]
@@ -148,6 +150,7 @@ def test_mig_manager_protocol(sim: SimCluster, v1: client.CoreV1Api) -> None:
     assert _wait_state(v1, "a100-02", {"failed"}) == "failed"
     for i in range(4):
         v1.delete_namespaced_pod(f"yolo-mig-{i}", "ml-vision")
+    assert sim.wait_for_controllers()  # graceful deletion: the GPUs are free once they are gone
     v1.patch_node("a100-02", {"metadata": {"labels": {"nvidia.com/mig.config": "all-balanced"}}})
     assert _wait_state(v1, "a100-02", {"success"}) == "success"
     n = v1.read_node("a100-02")

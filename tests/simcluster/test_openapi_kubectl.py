@@ -1,0 +1,308 @@
+"""OpenAPI documents, Tables, discovery categories, event field selectors and kubectl.
+
+Real sources followed (kubernetes/kubernetes, v1.32): ``staging/src/k8s.io/kube-openapi/pkg/
+handler3/handler.go`` and ``pkg/handler/handler.go`` (vendored), ``staging/src/
+k8s.io/kube-aggregator/pkg/controllers/openapiv3/aggregator/aggregator.go``,
+``staging/src/k8s.io/cli-runtime/pkg/resource/query_param_verifier_v3.go``,
+``staging/src/k8s.io/kubectl/pkg/cmd/apply/patcher.go``, ``staging/src/k8s.io/kubectl/pkg/
+explain/v2/templates/plaintext.tmpl``, ``pkg/printers/internalversion/printers.go`` and
+``pkg/registry/core/event/strategy.go`` (``ToSelectableFields``).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from kubernetes import client
+
+from simcluster import SimCluster
+
+
+def _get(
+    sim: SimCluster, path: str, headers: dict[str, str] | None = None
+) -> tuple[int, http.client.HTTPMessage, bytes]:
+    u = urlsplit(sim.url)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=10)
+    conn.request("GET", path, headers={"Authorization": f"Bearer {sim.token}", **(headers or {})})
+    resp = conn.getresponse()
+    body = resp.read()
+    conn.close()
+    return resp.status, resp.headers, body
+
+
+def test_v3_discovery_and_group_version_documents(sim: SimCluster) -> None:
+    code, headers, body = _get(sim, "/openapi/v3")
+    assert code == 200
+    assert headers["Content-Type"] == "text/plain; charset=utf-8"  # sniffed, as ServeContent
+    paths = json.loads(body)["paths"]
+    assert {"api/v1", "apis/policy/v1", "apis/scheduling.k8s.io/v1"} <= set(paths)
+    url = paths["api/v1"]["serverRelativeURL"]
+    assert url.startswith("/openapi/v3/api/v1?hash=")
+    code, headers, body = _get(sim, url)
+    assert code == 200
+    assert headers["Content-Type"] == "application/json"
+    assert headers["Cache-Control"] == "public, immutable"
+    assert headers["Etag"] == f'"{url.split("hash=")[1]}"'
+    assert headers["Expires"]
+    doc = json.loads(body)
+    schemas = doc["components"]["schemas"]
+    pod = schemas["io.k8s.api.core.v1.Pod"]
+    assert pod["x-kubernetes-group-version-kind"] == [{"group": "", "kind": "Pod", "version": "v1"}]
+    containers = schemas["io.k8s.api.core.v1.PodSpec"]["properties"]["containers"]
+    assert containers["x-kubernetes-patch-strategy"] == "merge"
+    assert containers["x-kubernetes-patch-merge-key"] == "name"
+    assert containers["items"]["allOf"] == [
+        {"$ref": "#/components/schemas/io.k8s.api.core.v1.Container"}
+    ]
+    taints = schemas["io.k8s.api.core.v1.NodeSpec"]["properties"]["taints"]
+    assert "x-kubernetes-patch-strategy" not in taints
+    assert taints["x-kubernetes-list-type"] == "atomic"
+    patch = doc["paths"]["/api/v1/namespaces/{namespace}/pods/{name}"]["patch"]
+    assert patch["x-kubernetes-group-version-kind"] == {"group": "", "kind": "Pod", "version": "v1"}
+    names = [p["name"] for p in patch["parameters"]]
+    assert names == ["dryRun", "fieldManager", "fieldValidation", "force"]
+    assert "application/strategic-merge-patch+json" in patch["requestBody"]["content"]
+    # only what the simulator serves
+    assert "/api/v1/namespaces/{namespace}/persistentvolumeclaims" not in doc["paths"]
+
+
+def test_v3_caching(sim: SimCluster) -> None:
+    _, _, body = _get(sim, "/openapi/v3")
+    url = json.loads(body)["paths"]["api/v1"]["serverRelativeURL"]
+    _, headers, _ = _get(sim, url)
+    code, _, body = _get(sim, url, {"If-None-Match": headers["Etag"]})
+    assert code == 304 and body == b""
+    code, headers, _ = _get(sim, "/openapi/v3/api/v1?hash=0123")
+    assert code == 301 and headers["Location"] == url
+    code, headers, _ = _get(sim, "/openapi/v3/api/v1")
+    assert code == 200 and headers["Cache-Control"] == "no-cache, private"
+    code, _, _ = _get(
+        sim,
+        "/openapi/v3/api/v1",
+        {"Accept": "application/com.github.proto-openapi.spec.v3@v1.0+protobuf"},
+    )
+    assert code == 406
+    code, _, _ = _get(sim, "/openapi/v3/apis/apps/v1")
+    assert code == 404
+
+
+def test_v2_is_json_only(sim: SimCluster) -> None:
+    code, headers, body = _get(sim, "/openapi/v2", {"Accept": "application/json"})
+    assert code == 200 and headers["Content-Type"] == "application/json"
+    doc = json.loads(body)
+    assert doc["swagger"] == "2.0"
+    quota = doc["definitions"]["io.k8s.api.core.v1.ResourceQuota"]
+    assert (
+        quota["properties"]["spec"]["$ref"] == "#/definitions/io.k8s.api.core.v1.ResourceQuotaSpec"
+    )
+    assert "/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets" in doc["paths"]
+    code, _, body = _get(
+        sim, "/openapi/v2", {"Accept": "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"}
+    )
+    assert code == 406 and body == b""
+
+
+def _table(api: client.ApiClient, path: str) -> dict[str, Any]:
+    resp = api.call_api(
+        path,
+        "GET",
+        header_params={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"},
+        auth_settings=["BearerToken"],
+        _preload_content=False,
+    )
+    return json.loads(resp.data)
+
+
+def test_wide_columns(api: client.ApiClient) -> None:
+    nodes = _table(api, "/api/v1/nodes")
+    cols = [(c["name"], c["priority"]) for c in nodes["columnDefinitions"]]
+    assert cols == [
+        ("Name", 0),
+        ("Status", 0),
+        ("Roles", 0),
+        ("Age", 0),
+        ("Version", 0),
+        ("Internal-IP", 1),
+        ("External-IP", 1),
+        ("OS-Image", 1),
+        ("Kernel-Version", 1),
+        ("Container-Runtime", 1),
+    ]
+    row = next(r for r in nodes["rows"] if r["cells"][0] == "a100-00")
+    assert row["cells"][1] == "Ready" and row["cells"][6] == "<none>"
+    assert row["cells"][7] == "Ubuntu 22.04.4 LTS"
+    pods = _table(api, "/api/v1/namespaces/ml-vision/pods")
+    assert [c["name"] for c in pods["columnDefinitions"] if c["priority"] == 1] == [
+        "IP",
+        "Node",
+        "Nominated Node",
+        "Readiness Gates",
+    ]
+    done = next(r for r in pods["rows"] if r["cells"][0] == "vision-eval-done")
+    assert done["cells"][2] == "Succeeded"
+    assert done["conditions"][0]["reason"] == "Succeeded"
+
+
+def test_categories_in_discovery(api: client.ApiClient) -> None:
+    resp = api.call_api("/api/v1", "GET", auth_settings=["BearerToken"], _preload_content=False)
+    resources = {r["name"]: r for r in json.loads(resp.data)["resources"]}
+    assert resources["pods"]["categories"] == ["all"]
+    assert resources["services"]["categories"] == ["all"]
+    assert "categories" not in resources["configmaps"]
+
+
+def test_event_field_selectors(v1: client.CoreV1Api) -> None:
+    node = v1.read_node("a100-00")
+    ev = {
+        "metadata": {"name": "a100-00.1"},
+        "involvedObject": {"kind": "Node", "name": "a100-00", "uid": node.metadata.uid},
+        "reason": "Rebooted",
+        "type": "Warning",
+        "message": "node rebooted",
+        "source": {"component": "kubelet"},
+    }
+    v1.create_namespaced_event("default", ev)
+    sel = (
+        f"involvedObject.name=a100-00,involvedObject.namespace=,involvedObject.kind=Node,"
+        f"involvedObject.uid={node.metadata.uid}"
+    )
+    assert [e.reason for e in v1.list_event_for_all_namespaces(field_selector=sel).items] == [
+        "Rebooted"
+    ]
+    assert v1.list_event_for_all_namespaces(field_selector="involvedObject.kind=Pod").items == []
+    assert (
+        len(v1.list_event_for_all_namespaces(field_selector="source=kubelet,type=Warning").items)
+        == 1
+    )
+
+
+# --------------------------------------------------------------------- kubectl
+pytestmark_kubectl = pytest.mark.skipif(
+    shutil.which("kubectl") is None,
+    reason="kubectl not installed (Debian package kubernetes-client)",
+)
+
+
+@pytest.fixture
+def kubectl(sim: SimCluster, tmp_path: Path) -> Any:
+    kc = sim.write_kubeconfig(tmp_path / "kubeconfig")
+
+    def run(*args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+        r = subprocess.run(
+            ["kubectl", "--kubeconfig", str(kc), *args],
+            capture_output=True,
+            text=True,
+            env={"HOME": str(tmp_path), "PATH": os.environ.get("PATH", "")},
+            timeout=60,
+        )
+        if ok:
+            assert r.returncode == 0, f"kubectl {' '.join(args)}: {r.stderr}"
+        return r
+
+    return run
+
+
+_POD = """apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+  namespace: robotics
+  labels: {app: web}
+spec:
+  containers:
+  - name: c
+    image: busybox
+"""
+
+
+@pytestmark_kubectl
+def test_kubectl_create_validates_on_the_server(kubectl: Any, tmp_path: Path) -> None:
+    f = tmp_path / "pod.yaml"
+    f.write_text(_POD.replace("image: busybox", "image: busybox\n    resourcez: {}"))
+    r = kubectl("create", "-f", str(f), ok=False)
+    assert r.returncode == 1
+    assert r.stderr.strip() == (
+        f'Error from server (BadRequest): error when creating "{f}": Pod in version "v1" cannot '
+        'be handled as a Pod: strict decoding error: unknown field "spec.containers[0].resourcez"'
+    )
+    f.write_text(_POD)
+    assert kubectl("create", "-f", str(f)).stdout.strip() == "pod/web created"
+
+
+@pytestmark_kubectl
+def test_kubectl_apply_diff_and_server_side(kubectl: Any, sim: SimCluster, tmp_path: Path) -> None:
+    f = tmp_path / "pod.yaml"
+    f.write_text(_POD)
+    assert kubectl("apply", "-f", str(f)).stdout.strip() == "pod/web created"
+    f.write_text(_POD.replace("app: web", "app: web2"))
+    r = kubectl("diff", "-f", str(f), ok=False)
+    assert r.returncode == 1, r.stderr  # 1: differences found
+    assert "-    app: web\n+    app: web2" in r.stdout
+    assert sim.get("pods", "web", "robotics")["metadata"]["labels"] == {"app": "web"}  # dry run
+    out = kubectl("apply", "--server-side", "--force-conflicts", "-f", str(f)).stdout
+    assert out.strip() == "pod/web serverside-applied"
+    assert sim.get("pods", "web", "robotics")["metadata"]["labels"] == {"app": "web2"}
+
+
+@pytestmark_kubectl
+def test_kubectl_explain(kubectl: Any) -> None:
+    out = kubectl("explain", "pod.spec.containers.resources").stdout
+    assert out.startswith(
+        "KIND:       Pod\nVERSION:    v1\n\nFIELD: resources <ResourceRequirements>"
+    )
+    assert "limits\t<map[string]Quantity>" in out
+    assert "Limits describes the maximum amount of compute resources allowed." in out
+    out = kubectl("explain", "resourcequota.spec", "--recursive").stdout
+    assert "scopeSelector\t<ScopeSelector>" in out
+    assert "      scopeName\t<string> -required-" in out
+    out = kubectl("explain", "pdb.spec.minAvailable").stdout
+    assert "GROUP:      policy" in out and "FIELD: minAvailable <IntOrString>" in out
+
+
+@pytestmark_kubectl
+def test_kubectl_get_all_and_wide(kubectl: Any) -> None:
+    out = kubectl("get", "all", "-n", "ml-vision").stdout
+    assert "pod/resnet-train-0" in out
+    header = kubectl("get", "nodes", "-o", "wide").stdout.splitlines()[0].split()
+    assert header == [
+        "NAME", "STATUS", "ROLES", "AGE", "VERSION", "INTERNAL-IP", "EXTERNAL-IP",
+        "OS-IMAGE", "KERNEL-VERSION", "CONTAINER-RUNTIME",
+    ]  # fmt: skip
+    header = kubectl("get", "pods", "-A", "-o", "wide").stdout.splitlines()[0]
+    assert header.split() == [
+        "NAMESPACE", "NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE",
+        "NOMINATED", "NODE", "READINESS", "GATES",
+    ]  # fmt: skip
+    assert kubectl("get", "nodes").stdout.splitlines()[0].split() == [
+        "NAME", "STATUS", "ROLES", "AGE", "VERSION",
+    ]  # fmt: skip
+
+
+@pytestmark_kubectl
+def test_kubectl_describe(kubectl: Any, v1: client.CoreV1Api) -> None:
+    node = v1.read_node("a100-00")
+    v1.create_namespaced_event(
+        "default",
+        {
+            "metadata": {"name": "a100-00.1"},
+            "involvedObject": {"kind": "Node", "name": "a100-00", "uid": node.metadata.uid},
+            "reason": "NodeRebooted",
+            "type": "Warning",
+            "message": "Node a100-00 has been rebooted",
+            "source": {"component": "kubelet"},
+        },
+    )
+    out = kubectl("describe", "node", "a100-00").stdout
+    assert "Name:               a100-00" in out
+    assert "NodeRebooted" in out and "Node a100-00 has been rebooted" in out
+    out = kubectl("describe", "pod", "-n", "ml-vision", "resnet-train-0").stdout
+    assert "Name:             resnet-train-0" in out
+    assert "Events:" in out
