@@ -61,3 +61,19 @@ def stop(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+# The portal's install manifests: the benchmarks, like the tests and the demo, run the
+# portal with its own ServiceAccount and exactly this RBAC (so authorisation is measured).
+PORTAL_MANIFESTS = ("deploy/kubernetes/namespace.yaml", "deploy/kubernetes/rbac.yaml")
+PORTAL_SERVICE_ACCOUNT = "gpu-quota-portal/gpu-quota-portal"
+
+
+def sim_argv(fleet: Path, kubeconfig: Path, portal_kubeconfig: Path) -> list[str]:
+    """``python -m simcluster`` for a benchmark: the admin's kubeconfig is written last, so
+    once it exists the portal's (a ServiceAccount token) exists too."""
+    argv = [sys.executable, "-m", "simcluster", "--fleet", str(fleet), "--port", "0"]
+    for manifest in PORTAL_MANIFESTS:
+        argv += ["--apply", str(ROOT / manifest)]
+    argv += ["--serviceaccount-kubeconfig", f"{PORTAL_SERVICE_ACCOUNT}={portal_kubeconfig}"]
+    return [*argv, "--kubeconfig", str(kubeconfig)]

@@ -34,7 +34,7 @@ from queue import Empty, Queue
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.common import database_url, free_port, fresh_database, log, stop  # noqa: E402
+from bench.common import database_url, free_port, fresh_database, log, sim_argv, stop  # noqa: E402
 
 BENCH_DB = "portal_bench_quota"
 GPU = "nvidia.com/gpu"
@@ -90,28 +90,31 @@ def main() -> int:
     fleet = {
         "nodes": [{"name": "gpu-{i:03d}", "count": args.nodes,
                    "gpu": {"product": "NVIDIA-H100-80GB-HBM3", "count": 8}}],
-        "namespaces": [{"name": f"team-{t:02d}"} for t in range(args.teams)],
+        "namespaces": [{"name": "gpu-operator"}]
+        + [{"name": f"team-{t:02d}"} for t in range(args.teams)],
     }  # fmt: skip
     (tmp / "fleet.json").write_text(json.dumps(fleet))
     kubeconfig = tmp / "kubeconfig"
+    portal_kubeconfig = tmp / "portal.kubeconfig"
     port = free_port()
     procs = [
-        start([sys.executable, "-m", "simcluster", "--fleet", str(tmp / "fleet.json"),
-               "--port", "0", "--kubeconfig", str(kubeconfig)], env, "sim", tmp),
+        start(sim_argv(tmp / "fleet.json", kubeconfig, portal_kubeconfig), env, "sim", tmp),
         start([sys.executable, "-m", "gunicorn", "portal.wsgi", "-w", "3", "-b",
                f"127.0.0.1:{port}"], env, "web", tmp),
         start([sys.executable, "-m", "celery", "-A", "portal", "worker", "-c", "2", "-l",
                "WARNING", "--without-gossip", "--without-mingle"], env, "worker", tmp),
     ]  # fmt: skip
     try:
-        return run(args, port, kubeconfig, requests)
+        return run(args, port, (kubeconfig, portal_kubeconfig), requests)
     finally:
         for proc in procs:
             stop(proc)
         log(f"logs in {tmp}")
 
 
-def run(args, port: int, kubeconfig: Path, requests) -> int:
+def run(args, port: int, kubeconfigs: tuple[Path, Path], requests) -> int:
+    """``kubeconfigs``: the cluster admin's (to check the cluster) and the portal's."""
+    kubeconfig, portal_kubeconfig = kubeconfigs
     from django.contrib.auth import get_user_model
     from kubernetes import client, config
 
@@ -129,7 +132,7 @@ def run(args, port: int, kubeconfig: Path, requests) -> int:
     base = f"http://127.0.0.1:{port}"
     wait_http(base + "/healthz")
     cluster = Cluster.objects.create(slug="bench", name="Bench", auth_method="kubeconfig",
-                                     kubeconfig_path=str(kubeconfig))  # fmt: skip
+                                     kubeconfig_path=str(portal_kubeconfig))  # fmt: skip
     assert sync_cluster(cluster).status == "succeeded"
     User = get_user_model()
     admins = [User.objects.create_user(f"admin{i}", is_staff=True) for i in range(args.admins)]

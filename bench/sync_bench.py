@@ -32,7 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.common import database_url, fresh_database, log  # noqa: E402
+from bench.common import database_url, fresh_database, log, sim_argv  # noqa: E402
 
 BENCH_DB = "portal_bench"
 
@@ -174,22 +174,22 @@ def run_phase(name: str, args) -> dict:
 
 def start_sim(args, workdir: Path) -> tuple[subprocess.Popen, str]:
     spec = workdir / "fleet.json"
-    spec.write_text(json.dumps({"generate": {
-        "nodes": args.nodes, "gpus_per_node": args.gpus_per_node, "pods": args.pods,
-        "gpu_pods": args.gpu_pods, "namespaces": args.namespaces, "seed": 42,
-    }}))  # fmt: skip
+    spec.write_text(json.dumps({
+        "namespaces": [{"name": "gpu-operator"}],  # where rbac.yaml's Role lives
+        "generate": {
+            "nodes": args.nodes, "gpus_per_node": args.gpus_per_node, "pods": args.pods,
+            "gpu_pods": args.gpu_pods, "namespaces": args.namespaces, "seed": 42,
+        },
+    }))  # fmt: skip
     kubeconfig = workdir / "kubeconfig"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "simcluster", "--fleet", str(spec), "--port", "0",
-         "--kubeconfig", str(kubeconfig)],
-        cwd=ROOT,
-    )  # fmt: skip
+    portal_kubeconfig = workdir / "portal.kubeconfig"
+    proc = subprocess.Popen(sim_argv(spec, kubeconfig, portal_kubeconfig), cwd=ROOT)
     deadline = time.monotonic() + 600
     while not kubeconfig.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
             raise SystemExit("the simulated cluster did not start")
         time.sleep(0.5)
-    return proc, str(kubeconfig)
+    return proc, str(portal_kubeconfig)
 
 
 def main() -> int:

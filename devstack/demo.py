@@ -89,12 +89,22 @@ def check_sim(fleet: str) -> None:
         raise DemoError(f"fleet file {fleet} is missing (SIM_FLEET chooses another)")
 
 
-def sim_command(py: str, fleet: str, port: int, kubeconfig: Path) -> list[str]:
-    """The simulated cluster in the foreground; it writes ``kubeconfig`` once it listens."""
-    return [
-        py, "-m", "simcluster", "--fleet", fleet, "--port", str(port),
-        "--kubeconfig", str(kubeconfig),
-    ]  # fmt: skip
+# The portal's own install manifests, applied to the simulated cluster in this order; the
+# portal then runs with a token of its ServiceAccount (RBAC exactly as deployed), while the
+# user's kubeconfig keeps the cluster admin.
+PORTAL_MANIFESTS = ("deploy/kubernetes/namespace.yaml", "deploy/kubernetes/rbac.yaml")
+PORTAL_SERVICE_ACCOUNT = "gpu-quota-portal/gpu-quota-portal"
+
+
+def sim_command(
+    py: str, fleet: str, port: int, kubeconfig: Path, portal_kubeconfig: Path
+) -> list[str]:
+    """The simulated cluster in the foreground; it writes both kubeconfigs once it listens."""
+    argv = [py, "-m", "simcluster", "--fleet", fleet, "--port", str(port)]
+    for manifest in PORTAL_MANIFESTS:
+        argv += ["--apply", manifest]
+    argv += ["--serviceaccount-kubeconfig", f"{PORTAL_SERVICE_ACCOUNT}={portal_kubeconfig}"]
+    return [*argv, "--kubeconfig", str(kubeconfig)]
 
 
 def sim_answers(kubeconfig: Path, port: int) -> bool:
@@ -113,12 +123,15 @@ def sim_answers(kubeconfig: Path, port: int) -> bool:
         return False
 
 
-def child_env(services: Services, data: Path, kubeconfig: Path) -> dict[str, str]:
-    """The environment every demo process gets (the env contract in docs/development.md)."""
+def child_env(services: Services, data: Path, portal_kubeconfig: Path) -> dict[str, str]:
+    """The environment every demo process gets (the env contract in docs/development.md).
+
+    ``SIM_KUBECONFIG`` is the portal's kubeconfig (its ServiceAccount token), not the admin's.
+    """
     env = dict(os.environ)
     env.update(services.env())
     env["DATA_DIR"] = str(data)
-    env["SIM_KUBECONFIG"] = str(kubeconfig)
+    env["SIM_KUBECONFIG"] = str(portal_kubeconfig)
     env.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
     return env
 
@@ -138,8 +151,12 @@ def banner(port: int, seed_output: str, kubeconfig: Path, services: Services) ->
         lines += [f"  {line}" for line in seed_output.strip().splitlines()]
         lines.append("")
     lines += [
-        f"  Simulated cluster kubeconfig: {kubeconfig}",
+        f"  Simulated cluster kubeconfig (cluster admin): {kubeconfig}",
         f"    kubectl --kubeconfig {kubeconfig} get nodes",
+        f"  The portal uses its own ServiceAccount ({PORTAL_SERVICE_ACCOUNT}, RBAC from",
+        "    deploy/kubernetes/rbac.yaml); see what it may do with",
+        f"    kubectl --kubeconfig {kubeconfig} auth can-i --list \\",
+        f"      --as system:serviceaccount:{PORTAL_SERVICE_ACCOUNT.replace('/', ':')}",
         "",
         *(f"  {note}" for note in services.describe()),
         f"  DATABASE_URL={redact(services.database_url)}",
@@ -156,6 +173,7 @@ def run_demo() -> int:
     """Run the demo until Ctrl-C; the exit code is non-zero when something failed."""
     data = data_dir()
     kubeconfig = data / "kubeconfig"
+    portal_kubeconfig = data / "portal.kubeconfig"
     fleet = os.environ.get("SIM_FLEET", DEFAULT_FLEET)
     py = sys.executable
     sup = Supervisor(state_file=data / ".devstack-children.json")
@@ -166,15 +184,22 @@ def run_demo() -> int:
             reap_leftovers(data / ".devstack-children.json", sup.log)
             port = web_port()
             sport = sim_port()
-            return _run(sup, data, kubeconfig, fleet, port, sport, py)
+            return _run(sup, data, (kubeconfig, portal_kubeconfig), fleet, port, sport, py)
     except (DemoError, ServiceError) as exc:
         sup.log(f"error: {exc}")
         return 2
 
 
 def _run(
-    sup: Supervisor, data: Path, kubeconfig: Path, fleet: str, port: int, sport: int, py: str
+    sup: Supervisor,
+    data: Path,
+    kubeconfigs: tuple[Path, Path],
+    fleet: str,
+    port: int,
+    sport: int,
+    py: str,
 ) -> int:
+    """``kubeconfigs``: the admin's (for the user) and the portal's ServiceAccount's."""
     sup.install_signal_handlers()
     env_file = data / "devstack.env"
     services: Services | None = None
@@ -185,9 +210,9 @@ def _run(
             sup.log(note)
         for name, alive in services.health().items():
             sup.watch(name, alive)
-        write_env_file(env_file, {**services.env(), "SIM_KUBECONFIG": str(kubeconfig)})
-        env = child_env(services, data, kubeconfig)
-        _bring_up(sup, env, services, data, kubeconfig, fleet, port, sport, py)
+        env = child_env(services, data, kubeconfigs[1])
+        write_env_file(env_file, {**services.env(), "SIM_KUBECONFIG": env["SIM_KUBECONFIG"]})
+        _bring_up(sup, env, services, data, kubeconfigs, fleet, port, sport, py)
     except ServiceError as exc:
         sup.request_stop(str(exc), failed=True)
     finally:
@@ -204,7 +229,7 @@ def _bring_up(
     env: dict[str, str],
     services: Services,
     data: Path,
-    kubeconfig: Path,
+    kubeconfigs: tuple[Path, Path],
     fleet: str,
     port: int,
     sport: int,
@@ -213,8 +238,12 @@ def _bring_up(
     """Start everything in order; returns once a stop was requested."""
     if sup.stopping:
         return
-    kubeconfig.unlink(missing_ok=True)  # so its reappearance means "this sim is listening"
-    sup.start("sim", sim_command(py, fleet, sport, kubeconfig), env=env, cwd=REPO_ROOT)
+    kubeconfig, portal_kubeconfig = kubeconfigs
+    # Both reappear once this simulator listens (the admin's is written last).
+    portal_kubeconfig.unlink(missing_ok=True)
+    kubeconfig.unlink(missing_ok=True)
+    argv = sim_command(py, fleet, sport, kubeconfig, portal_kubeconfig)
+    sup.start("sim", argv, env=env, cwd=REPO_ROOT)
     if not sup.wait_until(lambda: sim_answers(kubeconfig, sport), timeout=60):
         if not sup.stopping:
             sup.request_stop(
@@ -225,7 +254,7 @@ def _bring_up(
     seed_output = ""
     for name, argv in (
         ("migrate", [py, "manage.py", "migrate", "--noinput"]),
-        ("seed", [py, "manage.py", "seed_demo", "--kubeconfig", str(kubeconfig)]),
+        ("seed", [py, "manage.py", "seed_demo", "--kubeconfig", str(portal_kubeconfig)]),
     ):
         rc, seed_output = sup.run_once(name, argv, env=env, cwd=REPO_ROOT)
         if sup.stopping:

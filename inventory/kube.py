@@ -182,6 +182,17 @@ class KubeGateway:
         info = self._json(client.VersionApi(self.api_client).get_code)
         return str(info.get("gitVersion", ""))
 
+    def whoami(self) -> dict[str, Any]:
+        """The identity the API server sees for our credentials (SelfSubjectReview).
+
+        Every authenticated user may ask (bootstrap role ``system:basic-user``). Returns
+        ``status.userInfo``: ``username``, ``uid``, ``groups``, ``extra``.
+        """
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+        api = client.AuthenticationV1Api(self.api_client)
+        review = self._json(api.create_self_subject_review, body)
+        return (review.get("status") or {}).get("userInfo") or {}
+
     def list_pages(
         self,
         kind: str,
@@ -312,35 +323,6 @@ class KubeGateway:
             _content_type=APPLY_PATCH,
         )
 
-    def apply_config_map(
-        self,
-        namespace: str,
-        name: str,
-        data: dict[str, str],
-        *,
-        labels: dict[str, str] | None = None,
-        field_manager: str = FIELD_MANAGER,
-    ) -> dict[str, Any]:
-        body = {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
-            "data": data,
-        }
-        return self._json(
-            self.core.patch_namespaced_config_map,
-            name,
-            namespace,
-            body,
-            field_manager=field_manager,
-            force=True,
-            _content_type=APPLY_PATCH,
-        )
-
-    def evict_pod(self, namespace: str, name: str) -> None:
-        body = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=namespace))
-        self._call(self.core.create_namespaced_pod_eviction, name, namespace, body)
-
     # -- MIG coordinator ----------------------------------------------------------------
 
     def list_pods(self, *, field_selector: str | None = None) -> list[dict[str, Any]]:
@@ -350,20 +332,12 @@ class KubeGateway:
             items.extend(page.items)
         return items
 
-    def delete_pod(self, namespace: str, name: str) -> None:
-        """Delete a pod; one already gone is not an error."""
-        try:
-            self._call(self.core.delete_namespaced_pod, name, namespace)
-        except KubeError as err:
-            if err.status != 404:
-                raise
-
     def try_evict_pod(self, namespace: str, name: str) -> str:
         """Ask the Eviction API once: ``"evicted"``, ``"gone"`` or ``"blocked"``.
 
-        A 429 means a PodDisruptionBudget forbids the eviction now; unlike ``evict_pod``
-        it is not retried here, because the caller (the MIG coordinator) decides how long
-        to keep trying. Other errors raise ``KubeError``.
+        A 429 means a PodDisruptionBudget forbids the eviction now; it is not retried
+        here, because the caller (the MIG coordinator) decides how long to keep trying.
+        Other errors raise ``KubeError``.
         """
         body = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=namespace))
         try:

@@ -70,25 +70,26 @@ def anon_api() -> APIClient:
 
 @pytest.fixture
 def sim(tmp_path):
-    """A fresh, empty simulated cluster on a free port, served over real HTTP."""
-    from simcluster import SimCluster
+    """A fresh, empty simulated cluster on a free port, served over real HTTP.
 
-    cluster = SimCluster.from_fleet({})
-    cluster.start(host="127.0.0.1", port=0)
-    cluster.kubeconfig_path = tmp_path / "kubeconfig"
-    cluster.write_kubeconfig(cluster.kubeconfig_path)
+    ``sim.kubeconfig_path`` holds the portal's ServiceAccount token (RBAC from deploy/,
+    see tests/kubesim.py); ``sim.admin_kubeconfig_path`` the cluster admin's.
+    """
+    from tests import kubesim
+
+    cluster = kubesim.start({}, tmp_path)
     yield cluster
     cluster.stop()
 
 
 @pytest.fixture
 def sim_api(sim):
-    """The official client's CoreV1Api pointed at the simulated cluster (for arranging)."""
-    from kubernetes import client, config
+    """The official client's CoreV1Api as the cluster admin (for arranging a test)."""
+    from tests import kubesim
 
-    api_client = config.new_client_from_config(config_file=str(sim.kubeconfig_path))
-    yield client.CoreV1Api(api_client)
-    api_client.close()
+    core = kubesim.admin_core_api(sim)
+    yield core
+    core.api_client.close()
 
 
 @pytest.fixture
@@ -207,3 +208,13 @@ def wait_for(predicate, timeout: float = 30.0, interval: float = 0.2):
 def on_commit(django_capture_on_commit_callbacks):
     """Run (or capture) ``transaction.on_commit`` callbacks inside a test transaction."""
     return django_capture_on_commit_callbacks
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Name every test prerequisite (a Debian package) that was missing, once, at the end."""
+    from tests.prereqs import SKIPPED
+
+    if SKIPPED:
+        terminalreporter.section("skipped: missing test prerequisites")
+        for line in sorted(SKIPPED):
+            terminalreporter.write_line(f"  {line}")

@@ -10,8 +10,10 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from inventory.kube import KubeGateway
 from inventory.models import Cluster, GpuPod, NamespaceUsage, Node, NodeResource, SyncRun
 from inventory.sync import sync_cluster
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -128,6 +130,11 @@ def test_second_sync_without_changes_writes_nothing(sim_cluster, fleet):
     assert writes == []
 
 
+def _pods_listed(cluster) -> list[dict]:
+    with KubeGateway(cluster) as gw:
+        return gw.list_pods()
+
+
 def test_changes_are_picked_up(sim_cluster, fleet):
     sync_cluster(sim_cluster)
     core = fleet
@@ -138,6 +145,11 @@ def test_changes_are_picked_up(sim_cluster, fleet):
     core.patch_node_status("gpu-1", {"status": {"allocatable": {GPU: "6"}}})
     core.patch_namespaced_pod_status("train-a", "ml-vision", {"status": {"phase": "Succeeded"}})
     core.delete_namespaced_pod("align", "genomics")
+    # A deleted running pod is Terminating, and still holds its GPUs, until its kubelet has
+    # stopped it; the sync sees it until then.
+    assert core.read_namespaced_pod("align", "genomics").metadata.deletion_timestamp
+    assert "align" in {p["metadata"]["name"] for p in _pods_listed(sim_cluster)}
+    wait_for(lambda: "align" not in {p["metadata"]["name"] for p in _pods_listed(sim_cluster)})
 
     run = sync_cluster(sim_cluster)
     assert run.status == "succeeded", run.error

@@ -40,13 +40,9 @@ CONFIG = "portal-a100-80gb-3g.40gbx2-d0-1"
 
 
 def _start_sim(tmp_path, step_s: float):
-    from simcluster import SimCluster
+    from tests import kubesim
 
-    sim = SimCluster.from_fleet(FLEET, mig_step_s=step_s)
-    sim.start(host="127.0.0.1", port=0)
-    sim.kubeconfig_path = tmp_path / "kubeconfig"
-    sim.write_kubeconfig(sim.kubeconfig_path)
-    return sim
+    return kubesim.start(FLEET, tmp_path, mig_step_s=step_s)
 
 
 @pytest.fixture
@@ -61,7 +57,7 @@ def mig_sim(tmp_path):
 def core(mig_sim):
     from kubernetes import client, config
 
-    api_client = config.new_client_from_config(config_file=str(mig_sim.kubeconfig_path))
+    api_client = config.new_client_from_config(config_file=str(mig_sim.admin_kubeconfig_path))
     yield client.CoreV1Api(api_client)
     api_client.close()
 
@@ -232,7 +228,7 @@ def test_eviction_blocked_by_pdb_fails_after_drain_timeout(world, core, mig_sim,
     w = world
     settings.MIG_DRAIN_TIMEOUT_SECONDS = 0.5
     _gpu_pod(core, "serve-0", "a100-00", labels={"app": "serve"})
-    api_client = config.new_client_from_config(config_file=str(mig_sim.kubeconfig_path))
+    api_client = config.new_client_from_config(config_file=str(mig_sim.admin_kubeconfig_path))
     client.PolicyV1Api(api_client).create_namespaced_pod_disruption_budget("ml-vision", {
         "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "serve"},
         "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "serve"}}},

@@ -10,13 +10,10 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def demo_sim(tmp_path):
-    from simcluster import SimCluster
+    from tests import kubesim
 
-    sim = SimCluster.from_fleet("simcluster/fleets/demo.yaml")
-    sim.start(host="127.0.0.1", port=0)
-    path = tmp_path / "kubeconfig"
-    sim.write_kubeconfig(path)
-    yield path
+    sim = kubesim.start("simcluster/fleets/demo.yaml", tmp_path)
+    yield sim.kubeconfig_path
     sim.stop()
 
 

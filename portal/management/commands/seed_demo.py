@@ -63,6 +63,18 @@ class Command(BaseCommand):
         for username, password, team, role in RESEARCHERS:
             self.stdout.write(f"  {username:<10} {username} / {password}   ({role} of {team})")
         self.stdout.write(f"Demo cluster: {cluster.slug} -> kubeconfig {kubeconfig}")
+        self.stdout.write(f"Portal identity on the cluster: {self._identity(cluster)}")
+
+    def _identity(self, cluster: Cluster) -> str:
+        """Who the cluster says the portal is (SelfSubjectReview), or why it cannot tell."""
+        from inventory.kube import KubeError, KubeGateway
+
+        try:
+            with KubeGateway(cluster) as gw:
+                info = gw.whoami()
+        except KubeError as err:
+            return f"unknown ({err})"
+        return info.get("username") or "unknown (the cluster named no user)"
 
     def _agent_tokens(self, cluster: Cluster, admin) -> None:
         """Issue a node token per GPU node and write them for the demo's fake agent fleet.
