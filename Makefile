@@ -12,7 +12,7 @@ PIP_FLAGS := -qq --disable-pip-version-check --no-input
 ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test lint fmt bench bench-quota bench-ingest
+.PHONY: help venv demo test lint fmt bench bench-quota bench-ingest bench-auth
 
 help:
 	@echo "make demo   run the portal with the demo cluster, embedded Postgres and Redis,"
@@ -23,6 +23,7 @@ help:
 	@echo "make bench  inventory sync benchmark at 5,000 nodes / 150,000 pods (ARGS to adjust)"
 	@echo "make bench-quota  1,000 requests approved by 4 concurrent admins over the API"
 	@echo "make bench-ingest  5,000 simulated node agents posting 8-GPU reports (500/s)"
+	@echo "make bench-auth  what authentication and RBAC cost per request in the simulated cluster"
 	@echo "make venv   create or update .venv from $(REQUIREMENTS)"
 
 # Always runs (cheap): creates .venv if it is missing or broken, and installs when the stamp
@@ -65,3 +66,6 @@ bench-quota: venv
 
 bench-ingest: venv
 	$(VENV_PY) -m devstack run -- $(VENV_PY) bench/ingest_bench.py $(ARGS)
+
+bench-auth: venv
+	$(VENV_PY) bench/auth_bench.py $(ARGS)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import REPO_ROOT, data_dir
+from .prereqs import install_missing
 from .services import ServiceError, data_lock, start_services
 
 NO_TESTS_COLLECTED = 5
@@ -101,6 +102,7 @@ def _run(service_env: dict[str, str], notes: list[str], root: Path, args: Sequen
         log("a model change has no migration: run `.venv/bin/python manage.py makemigrations`")
         return rc
 
+    install_missing(log)
     rc = run_foreground([py, "-m", "pytest", *(args or ["tests/"])], env)
     if rc == NO_TESTS_COLLECTED:
         log("pytest collected no tests; treating that as a failure")
