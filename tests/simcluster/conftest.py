@@ -1,4 +1,8 @@
-"""Fixtures: an in-process simulator on port 0 and official-client API objects for it."""
+"""Fixtures: an in-process simulator on port 0, official-client API objects and kubectl for it.
+
+A test module with a fleet or options of its own overrides ``sim``; ``api``, ``v1`` and
+``kubectl`` then talk to that simulator.
+"""
 
 from __future__ import annotations
 
@@ -9,34 +13,31 @@ import pytest
 from kubernetes import client
 
 from simcluster import SimCluster
+from tests.prereqs import need_kubectl
+from tests.simcluster.helpers import DEMO, Kubectl, make_api
 
-DEMO = Path(__file__).resolve().parents[2] / "simcluster" / "fleets" / "demo.yaml"
+__all__ = ["DEMO", "make_api"]  # still importable from here, as older modules did
 
 
 @pytest.fixture
 def sim() -> Iterator[SimCluster]:
-    s = SimCluster.from_fleet(DEMO, mig_step_s=0.05, bookmark_interval_s=0.2)
-    s.start()
-    yield s
-    s.stop()
-
-
-def make_api(sim: SimCluster, retries: int | None = 0) -> client.ApiClient:
-    cfg = client.Configuration()
-    cfg.host = sim.url
-    cfg.retries = retries
-    if sim.token:
-        cfg.api_key = {"authorization": f"Bearer {sim.token}"}
-    return client.ApiClient(cfg)
+    with SimCluster.from_fleet(DEMO, mig_step_s=0.05, bookmark_interval_s=0.2) as s:
+        yield s
 
 
 @pytest.fixture
 def api(sim: SimCluster) -> Iterator[client.ApiClient]:
-    a = make_api(sim)
-    yield a
-    a.close()
+    with make_api(sim) as a:
+        yield a
 
 
 @pytest.fixture
 def v1(api: client.ApiClient) -> client.CoreV1Api:
     return client.CoreV1Api(api)
+
+
+@pytest.fixture
+def kubectl(sim: SimCluster, tmp_path: Path) -> Kubectl:
+    """The real kubectl against ``sim`` as its admin; skips (naming the Debian package)
+    when kubectl is missing or older than the tests need."""
+    return Kubectl(need_kubectl(), sim, tmp_path)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 import urllib.error
 import urllib.request
 
@@ -12,6 +11,10 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from simcluster import SimCluster
+
+from .helpers import gone, gpu_pod, pod, wait_until
+
+CPU = {"requests": {"cpu": "1"}}
 
 
 def test_discovery(api: client.ApiClient) -> None:
@@ -171,19 +174,9 @@ def test_create_existing_and_errors(v1: client.CoreV1Api) -> None:
     assert ei.value.status == 422
 
 
-def _pod(name: str, gpus: int = 0, node: str | None = None, **extra) -> dict:
-    res = {"requests": {"cpu": "1"}}
-    if gpus:
-        res = {"requests": {"nvidia.com/gpu": str(gpus)}, "limits": {"nvidia.com/gpu": str(gpus)}}
-    spec = {"containers": [{"name": "main", "image": "x", "resources": res}], **extra}
-    if node:
-        spec["nodeName"] = node
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
-
-
 def test_pods_field_selectors(v1: client.CoreV1Api) -> None:
-    v1.create_namespaced_pod("robotics", _pod("p1", 1, node="v100-02"))
-    v1.create_namespaced_pod("robotics", _pod("p2", 1))
+    v1.create_namespaced_pod("robotics", gpu_pod("p1", 1, node="v100-02"))
+    v1.create_namespaced_pod("robotics", gpu_pod("p2", 1))
     on = v1.list_pod_for_all_namespaces(field_selector="spec.nodeName=v100-02").items
     assert [p.metadata.name for p in on] == ["p1"]
     assert on[0].status.phase == "Running"
@@ -203,15 +196,14 @@ def test_pods_field_selectors(v1: client.CoreV1Api) -> None:
 
 
 def test_gpu_limit_required(v1: client.CoreV1Api) -> None:
-    body = _pod("nolimit")
-    body["spec"]["containers"][0]["resources"] = {"requests": {"nvidia.com/gpu": "1"}}
+    body = pod("nolimit", resources={"requests": {"nvidia.com/gpu": "1"}})
     with pytest.raises(ApiException) as ei:
         v1.create_namespaced_pod("robotics", body)
     assert ei.value.status == 422
 
 
 def test_eviction(sim: SimCluster, v1: client.CoreV1Api) -> None:
-    v1.create_namespaced_pod("robotics", _pod("victim", 1, node="v100-02"))
+    v1.create_namespaced_pod("robotics", gpu_pod("victim", 1, node="v100-02"))
     ev = client.V1Eviction(metadata=client.V1ObjectMeta(name="victim", namespace="robotics"))
     v1.create_namespaced_pod_eviction("victim", "robotics", ev)
     # graceful: Terminating until the kubelet emulation has stopped it (pod_stop_s)
@@ -262,29 +254,18 @@ def test_namespace_lifecycle(sim: SimCluster, v1: client.CoreV1Api) -> None:
     v1.create_namespace({"metadata": {"name": "tmp-ns", "labels": {"a": "b"}}})
     ns = v1.read_namespace("tmp-ns")
     assert ns.metadata.labels["kubernetes.io/metadata.name"] == "tmp-ns"
-    v1.create_namespaced_pod("tmp-ns", _pod("x"))
+    v1.create_namespaced_pod("tmp-ns", pod("x", resources=CPU))
     v1.delete_namespace("tmp-ns")  # Terminating; the namespace controller empties it
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            v1.read_namespace("tmp-ns")
-        except ApiException as err:
-            assert err.status == 404
-            break
-        time.sleep(0.05)
-    else:
-        raise AssertionError("namespace not removed")
+    wait_until(lambda: gone(v1.read_namespace, "tmp-ns"))
     assert not v1.list_pod_for_all_namespaces(field_selector="metadata.namespace=tmp-ns").items
     with pytest.raises(ApiException) as ei:
-        v1.create_namespaced_pod("tmp-ns", _pod("y"))
+        v1.create_namespaced_pod("tmp-ns", pod("y", resources=CPU))
     assert ei.value.status == 404
 
 
 def test_token_auth(tmp_path) -> None:
-    s = SimCluster.from_fleet({"nodes": [{"name": "n1"}]}, token="sekret")
-    s.start()
-    try:
-        cfg = client.Configuration()
+    with SimCluster.from_fleet({"nodes": [{"name": "n1"}]}, token="sekret") as s:
+        cfg = client.Configuration()  # no token
         cfg.host = s.url
         with client.ApiClient(cfg) as a, pytest.raises(ApiException) as ei:
             client.CoreV1Api(a).list_node()
@@ -293,5 +274,3 @@ def test_token_auth(tmp_path) -> None:
         a = config.new_client_from_config(config_file=str(kc))
         assert [n.metadata.name for n in client.CoreV1Api(a).list_node().items] == ["n1"]
         a.close()
-    finally:
-        s.stop()

@@ -30,6 +30,8 @@ from kubernetes.client.rest import ApiException
 from simcluster import SimCluster, auth, protobuf
 from simcluster.errors import ApiError
 
+from .helpers import jwt_claims, make_api
+
 UNAUTHORIZED = {
     "kind": "Status",
     "apiVersion": "v1",
@@ -51,25 +53,12 @@ def _raw(sim: SimCluster, path: str, headers: dict[str, str] | None = None, **kw
         return e.code, json.loads(e.read() or b"null")
 
 
-def _api(sim: SimCluster, token: str) -> client.ApiClient:
-    cfg = client.Configuration()
-    cfg.host = sim.url
-    cfg.retries = 0
-    cfg.api_key = {"authorization": f"Bearer {token}"}
-    return client.ApiClient(cfg)
-
-
 def _sa(v1: client.CoreV1Api, ns: str = "ml-vision", name: str = "bot") -> str:
     return v1.create_namespaced_service_account(ns, {"metadata": {"name": name}}).metadata.uid
 
 
-def _claims(token: str) -> dict[str, Any]:
-    payload = token.split(".")[1]
-    return json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-
-
 def _whoami(sim: SimCluster, token: str) -> dict[str, Any]:
-    with _api(sim, token) as a:
+    with make_api(sim, token=token) as a:
         review = client.AuthenticationV1Api(a).create_self_subject_review({})
         return a.sanitize_for_serialization(review.status.user_info)
 
@@ -116,7 +105,7 @@ def test_token_request_issues_a_working_serviceaccount_token(
     exp = tr.status.expiration_timestamp.timestamp()
     assert before + 3600 - 2 <= exp <= time.time() + 3600 + 1
     token = tr.status.token
-    claims = _claims(token)
+    claims = jwt_claims(token)
     assert claims["iss"] == "https://kubernetes.default.svc.cluster.local"
     assert claims["sub"] == "system:serviceaccount:ml-vision:bot"
     assert claims["aud"] == ["https://kubernetes.default.svc.cluster.local"]
@@ -220,13 +209,13 @@ def test_tampered_or_foreign_audience_token_is_401(sim: SimCluster, v1: client.C
     _sa(v1)
     token = sim.issue_token("ml-vision", "bot")
     head, payload, sig = token.split(".")
-    claims = _claims(token)
+    claims = jwt_claims(token)
     claims["sub"] = "system:serviceaccount:kube-system:admin"
     forged = base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode()
     for bad in (f"{head}.{forged}.{sig}", f"{head}.{payload}.{sig[:-2]}AA"):
         assert _raw(sim, "/api", {"Authorization": f"Bearer {bad}"}) == (401, UNAUTHORIZED)
     other = sim.issue_token("ml-vision", "bot", audiences=["vault"])
-    assert _claims(other)["aud"] == ["vault"]
+    assert jwt_claims(other)["aud"] == ["vault"]
     assert _raw(sim, "/api", {"Authorization": f"Bearer {other}"}) == (401, UNAUTHORIZED)
     # another simulator's tokens are signed with another key
     foreign = SimCluster.from_fleet({})

@@ -11,11 +11,7 @@ PDBs), ``pkg/controller/disruption/disruption.go`` (status upkeep, failSafe),
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,7 +20,7 @@ from kubernetes.client.rest import ApiException
 
 from simcluster import SimCluster
 
-from .conftest import make_api
+from .helpers import Kubectl, gone, make_api, pod, wait_until
 
 FLEET = {
     "nodes": [
@@ -36,25 +32,19 @@ TOO_MANY = "Cannot evict pod as it would violate the pod's disruption budget."
 
 
 @pytest.fixture
-def esim() -> Iterator[SimCluster]:
-    s = SimCluster.from_fleet(FLEET, pod_stop_s=0.3, pdb_sync_s=0.05, namespace_sync_s=0.1)
-    s.start()
-    yield s
-    s.stop()
+def sim() -> Iterator[SimCluster]:
+    """This module's simulator (the ``api`` and ``kubectl`` fixtures use it)."""
+    with SimCluster.from_fleet(FLEET, pod_stop_s=0.3, pdb_sync_s=0.05, namespace_sync_s=0.1) as s:
+        yield s
 
 
 @pytest.fixture
-def apis(esim: SimCluster) -> Iterator[tuple[client.CoreV1Api, client.PolicyV1Api]]:
-    a = make_api(esim)
-    yield client.CoreV1Api(a), client.PolicyV1Api(a)
-    a.close()
+def apis(api: client.ApiClient) -> tuple[client.CoreV1Api, client.PolicyV1Api]:
+    return client.CoreV1Api(api), client.PolicyV1Api(api)
 
 
 def _pod(name: str, app: str = "web", node: str | None = "n-0", **spec: Any) -> dict:
-    s = {"containers": [{"name": "main", "image": "x"}], **spec}
-    if node:
-        s["nodeName"] = node
-    return {"metadata": {"name": name, "labels": {"app": app}}, "spec": s}
+    return pod(name, node=node, meta={"labels": {"app": app}}, **spec)
 
 
 def _evict(core: client.CoreV1Api, name: str, ns: str = "app", **kw: Any) -> Any:
@@ -74,25 +64,15 @@ def _pdb(policy: client.PolicyV1Api, name: str, ns: str = "app", **kw: Any) -> A
     )
 
 
-def _wait(pred: Callable[[], Any], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
-
-
 def _synced(policy: client.PolicyV1Api, name: str, ns: str = "app") -> Any:
     def ok() -> Any:
         pdb = policy.read_namespaced_pod_disruption_budget(name, ns)
         return pdb if (pdb.status.observed_generation or 0) >= pdb.metadata.generation else None
 
-    return _wait(ok)
+    return wait_until(ok)
 
 
-def test_eviction_marks_and_deletes_gracefully(esim: SimCluster, apis: Any) -> None:
+def test_eviction_marks_and_deletes_gracefully(apis: Any) -> None:
     core, _ = apis
     core.create_namespaced_pod("app", _pod("w"))
     resp = _evict(core, "w", _preload_content=False)
@@ -106,18 +86,10 @@ def test_eviction_marks_and_deletes_gracefully(esim: SimCluster, apis: Any) -> N
     assert (cond.status, cond.reason, cond.message) == (
         "True", "EvictionByEvictionAPI", "Eviction API: evicting",
     )  # fmt: skip
-
-    def gone() -> bool:
-        try:
-            core.read_namespaced_pod("w", "app")
-        except ApiException as err:
-            return err.status == 404
-        return False
-
-    _wait(gone)
+    wait_until(lambda: gone(core.read_namespaced_pod, "w", "app"))
 
 
-def test_dry_run_evicts_nothing(esim: SimCluster, apis: Any) -> None:
+def test_dry_run_evicts_nothing(apis: Any) -> None:
     core, policy = apis
     for i in range(3):
         core.create_namespaced_pod("app", _pod(f"w{i}"))
@@ -134,14 +106,11 @@ def test_dry_run_evicts_nothing(esim: SimCluster, apis: Any) -> None:
 
 
 def test_pdb_status_and_budget_use() -> None:
-    s = SimCluster.from_fleet(FLEET, pod_stop_s=0.3, pdb_sync_s=0.5)  # the checks beat it
-    s.start()
-    a = make_api(s)
-    try:
+    with (
+        SimCluster.from_fleet(FLEET, pod_stop_s=0.3, pdb_sync_s=0.5) as s,  # the checks beat it
+        make_api(s) as a,
+    ):
         _budget_use(client.CoreV1Api(a), client.PolicyV1Api(a))
-    finally:
-        a.close()
-        s.stop()
 
 
 def _budget_use(core: client.CoreV1Api, policy: client.PolicyV1Api) -> None:
@@ -172,7 +141,7 @@ def _budget_use(core: client.CoreV1Api, policy: client.PolicyV1Api) -> None:
         ]
     }
     # once w0 is gone the controller settles: 2 healthy of 2 desired
-    _wait(
+    wait_until(
         lambda: (
             (s := policy.read_namespaced_pod_disruption_budget("web", "app").status)
             and s.current_healthy == 2
@@ -183,10 +152,8 @@ def _budget_use(core: client.CoreV1Api, policy: client.PolicyV1Api) -> None:
 
 
 def test_unprocessed_pdb_answers_429_with_retry_after() -> None:
-    s = SimCluster.from_fleet(FLEET, pdb_sync_s=60)  # the controller lags a minute
-    s.start()
-    try:
-        a = make_api(s)
+    # the controller lags a minute
+    with SimCluster.from_fleet(FLEET, pdb_sync_s=60) as s, make_api(s) as a:
         core, policy = client.CoreV1Api(a), client.PolicyV1Api(a)
         core.create_namespaced_pod("app", _pod("w"))
         pdb = _pdb(policy, "web", max_unavailable=1)
@@ -215,12 +182,9 @@ def test_unprocessed_pdb_answers_429_with_retry_after() -> None:
             "web", "app", {"metadata": {"labels": {"x": "y"}}}
         )
         assert patched.metadata.generation == 2
-        a.close()
-    finally:
-        s.stop()
 
 
-def test_several_pdbs_are_a_500(esim: SimCluster, apis: Any) -> None:
+def test_several_pdbs_are_a_500(apis: Any) -> None:
     core, policy = apis
     core.create_namespaced_pod("app", _pod("w"))
     _pdb(policy, "a", min_available=0)
@@ -239,12 +203,12 @@ def test_several_pdbs_are_a_500(esim: SimCluster, apis: Any) -> None:
     }
 
 
-def test_pending_terminal_and_terminating_pods_ignore_pdbs(esim: SimCluster, apis: Any) -> None:
+def test_pending_terminal_and_terminating_pods_ignore_pdbs(sim: SimCluster, apis: Any) -> None:
     core, policy = apis
     core.create_namespaced_pod("app", _pod("pend", node=None))
     core.create_namespaced_pod("app", _pod("done"))
     core.create_namespaced_pod("app", _pod("dying", terminationGracePeriodSeconds=30))
-    esim.set_pod_phase("app", "done", "Succeeded")
+    sim.set_pod_phase("app", "done", "Succeeded")
     core.delete_namespaced_pod("dying", "app")
     _pdb(policy, "web", min_available=10)
     _synced(policy, "web")
@@ -254,14 +218,14 @@ def test_pending_terminal_and_terminating_pods_ignore_pdbs(esim: SimCluster, api
     assert "pend" not in names and "done" not in names
 
 
-def test_unready_pods(esim: SimCluster, apis: Any) -> None:
+def test_unready_pods(apis: Any) -> None:
     core, policy = apis
     for i in range(3):
         core.create_namespaced_pod("app", _pod(f"w{i}"))
     not_ready = {"type": "Ready", "status": "False", "reason": "ContainersNotReady"}
     core.patch_namespaced_pod_status("w2", "app", {"status": {"conditions": [not_ready]}})
     _pdb(policy, "web", min_available=2)
-    st = _wait(lambda: (p := _synced(policy, "web").status) and p.current_healthy == 2 and p)
+    st = wait_until(lambda: (p := _synced(policy, "web").status) and p.current_healthy == 2 and p)
     assert st.disruptions_allowed == 0
     # IfHealthyBudget: 2 healthy >= 2 desired, so the unready pod may go, budget untouched
     _evict(core, "w2")
@@ -274,7 +238,7 @@ def test_unready_pods(esim: SimCluster, apis: Any) -> None:
     assert ei.value.status == 429
 
 
-def test_unhealthy_always_allow(esim: SimCluster, apis: Any) -> None:
+def test_unhealthy_always_allow(apis: Any) -> None:
     core, policy = apis
     core.create_namespaced_pod("app", _pod("w0"))
     not_ready = {"type": "Ready", "status": "False", "reason": "ContainersNotReady"}
@@ -292,7 +256,7 @@ def test_unhealthy_always_allow(esim: SimCluster, apis: Any) -> None:
     assert core.read_namespaced_pod("w0", "app").metadata.deletion_timestamp is not None
 
 
-def test_max_unavailable_over_bare_pods_allows_nothing(esim: SimCluster, apis: Any) -> None:
+def test_max_unavailable_over_bare_pods_allows_nothing(apis: Any) -> None:
     """Percentages and maxUnavailable count the pods' controllers: bare pods count 0."""
     core, policy = apis
     for i in range(3):
@@ -306,7 +270,7 @@ def test_max_unavailable_over_bare_pods_allows_nothing(esim: SimCluster, apis: A
     assert ei.value.status == 429
 
 
-def test_pods_of_unknown_controllers_fail_the_sync(esim: SimCluster, apis: Any) -> None:
+def test_pods_of_unknown_controllers_fail_the_sync(apis: Any) -> None:
     core, policy = apis
     owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "1234",
              "controller": True}  # fmt: skip
@@ -319,23 +283,23 @@ def test_pods_of_unknown_controllers_fail_the_sync(esim: SimCluster, apis: Any) 
         st = policy.read_namespaced_pod_disruption_budget("web", "app").status
         return next((c for c in st.conditions or [] if c.reason == "SyncFailed"), None)
 
-    cond = _wait(failed)
+    cond = wait_until(failed)
     assert cond.status == "False" and cond.message == 'found no controllers for pod "w0"'
 
 
-def test_fault_429_keeps_retry_after(esim: SimCluster, apis: Any) -> None:
+def test_fault_429_keeps_retry_after(sim: SimCluster, apis: Any) -> None:
     core, _ = apis
-    esim.faults.update(error_rate=1.0, error_code=429)
+    sim.faults.update(error_rate=1.0, error_code=429)
     with pytest.raises(ApiException) as ei:
         core.list_namespaced_pod("app")
     assert ei.value.status == 429 and ei.value.headers["Retry-After"] == "1"
 
 
-def test_eviction_in_terminating_namespace_is_forbidden(esim: SimCluster, apis: Any) -> None:
+def test_eviction_in_terminating_namespace_is_forbidden(sim: SimCluster, apis: Any) -> None:
     core, _ = apis
     core.create_namespaced_pod("other", _pod("w", terminationGracePeriodSeconds=30,
                                               finalizers=None))  # fmt: skip
-    esim.create("configmaps", {"metadata": {"name": "c", "finalizers": ["x/y"]}}, "other")
+    sim.create("configmaps", {"metadata": {"name": "c", "finalizers": ["x/y"]}}, "other")
     core.delete_namespace("other", _preload_content=False)
     with pytest.raises(ApiException) as ei:
         _evict(core, "w", ns="other")
@@ -346,21 +310,12 @@ def test_eviction_in_terminating_namespace_is_forbidden(esim: SimCluster, apis: 
     )
 
 
-@pytest.mark.skipif(
-    shutil.which("kubectl") is None,
-    reason="kubectl not installed (Debian package kubernetes-client)",
-)
-def test_kubectl_drain_respects_the_budget(esim: SimCluster, apis: Any, tmp_path) -> None:
+def test_kubectl_drain_respects_the_budget(apis: Any, kubectl: Kubectl) -> None:
     core, policy = apis
     core.create_namespaced_pod("app", _pod("w0", node="n-1"))
     _pdb(policy, "web", min_available=1)
     _synced(policy, "web")
-    kc = esim.write_kubeconfig(tmp_path / "kc")
-    r = subprocess.run(
-        ["kubectl", "--kubeconfig", str(kc), "drain", "n-1", "--force", "--timeout=3s"],
-        capture_output=True, text=True, env=dict(os.environ, HOME=str(tmp_path)), timeout=60,
-        check=False,
-    )  # fmt: skip
+    r = kubectl("drain", "n-1", "--force", "--timeout=3s", ok=False)
     assert r.returncode != 0
     assert TOO_MANY in r.stderr
     assert core.read_namespaced_pod("w0", "app").metadata.deletion_timestamp is None

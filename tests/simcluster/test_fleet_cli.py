@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
-import pytest
 from kubernetes import client, config
 
 from simcluster import SimCluster
 from simcluster.fleet import generate, load_fleet, write_fleet
 from simcluster.testing import start_subprocess
+
+from .helpers import Kubectl
 
 
 def test_demo_fleet_properties(v1: client.CoreV1Api) -> None:
@@ -121,28 +121,13 @@ def test_write_fleet_roundtrip(tmp_path) -> None:
     assert s.counts()["pods"] == 10
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
-def test_kubectl_smoke(sim: SimCluster, tmp_path) -> None:
-    kc = sim.write_kubeconfig(tmp_path / "kubeconfig")
-    env = {"HOME": str(tmp_path), "PATH": os.environ.get("PATH", "")}
-
-    def kubectl(*args: str) -> str:
-        r = subprocess.run(
-            ["kubectl", "--kubeconfig", str(kc), *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=30,
-        )
-        assert r.returncode == 0, f"kubectl {' '.join(args)}: {r.stderr}"
-        return r.stdout
-
-    assert "a100-00" in kubectl("get", "nodes")
-    assert "requests.nvidia.com/gpu" in kubectl("get", "resourcequota", "-A")
-    assert "tokenizer-train" in kubectl("get", "pods", "-A")
+def test_kubectl_smoke(sim: SimCluster, kubectl: Kubectl) -> None:
+    assert "a100-00" in kubectl("get", "nodes").stdout
+    assert "requests.nvidia.com/gpu" in kubectl("get", "resourcequota", "-A").stdout
+    assert "tokenizer-train" in kubectl("get", "pods", "-A").stdout
     kubectl("label", "node", "v100-00", "foo=bar")
     assert sim.get("nodes", "v100-00")["metadata"]["labels"]["foo"] == "bar"
-    assert "foo: bar" in kubectl("get", "node", "v100-00", "-o", "yaml")
+    assert "foo: bar" in kubectl("get", "node", "v100-00", "-o", "yaml").stdout
     kubectl("cordon", "v100-01")
     assert sim.get("nodes", "v100-01")["spec"]["unschedulable"] is True
-    assert "SchedulingDisabled" in kubectl("get", "node", "v100-01")
+    assert "SchedulingDisabled" in kubectl("get", "node", "v100-01").stdout

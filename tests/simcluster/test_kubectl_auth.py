@@ -15,44 +15,14 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import shutil
-import subprocess
-from collections.abc import Callable
 from pathlib import Path
-
-import pytest
 
 from simcluster import SimCluster
 from simcluster.context import User
 from simcluster.requestinfo import non_resource_attributes
+from tests.prereqs import need_kubectl
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("kubectl") is None,
-    reason="kubectl not installed (Debian package kubernetes-client)",
-)
-Kubectl = Callable[..., subprocess.CompletedProcess]
-
-
-@pytest.fixture
-def kubectl(sim: SimCluster, tmp_path: Path) -> Kubectl:
-    """Run kubectl with the admin kubeconfig (``as_=PATH`` for another one)."""
-    admin = sim.write_kubeconfig(tmp_path / "admin")
-    env = {"HOME": str(tmp_path), "PATH": os.environ.get("PATH", "")}
-
-    def run(*args: str, as_: Path | None = None, ok: bool = True) -> subprocess.CompletedProcess:
-        r = subprocess.run(
-            ["kubectl", "--kubeconfig", str(as_ or admin), *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=60,
-        )
-        if ok:
-            assert r.returncode == 0, f"kubectl {' '.join(args)}: {r.stderr}"
-        return r
-
-    return run
+from .helpers import Kubectl, jwt_claims
 
 
 def _bot(sim: SimCluster, kubectl: Kubectl, tmp_path: Path) -> Path:
@@ -66,7 +36,7 @@ def test_whoami_admin_and_serviceaccount(sim: SimCluster, kubectl: Kubectl, tmp_
     out = kubectl("auth", "whoami").stdout
     assert "kubernetes-admin" in out and "[system:masters system:authenticated]" in out
     bot = _bot(sim, kubectl, tmp_path)
-    me = json.loads(kubectl("auth", "whoami", "-o", "json", as_=bot).stdout)
+    me = json.loads(kubectl("auth", "whoami", "-o", "json", kubeconfig=bot).stdout)
     info = me["status"]["userInfo"]
     assert me["kind"] == "SelfSubjectReview"
     assert info["username"] == "system:serviceaccount:ml-vision:bot"
@@ -82,8 +52,7 @@ def test_whoami_admin_and_serviceaccount(sim: SimCluster, kubectl: Kubectl, tmp_
 def test_create_token_flags_and_errors(sim: SimCluster, kubectl: Kubectl) -> None:
     kubectl("create", "serviceaccount", "bot", "-n", "ml-vision")
     token = kubectl("create", "token", "bot", "-n", "ml-vision", "--duration=2h").stdout.strip()
-    payload = token.split(".")[1]
-    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    claims = jwt_claims(token)
     assert claims["exp"] - claims["iat"] == 7200
     aud = kubectl("create", "token", "bot", "-n", "ml-vision", "--audience=vault").stdout
     assert sim.authn.authenticate("Bearer " + aud.strip()) is None  # not for the API server
@@ -100,9 +69,9 @@ def test_create_token_flags_and_errors(sim: SimCluster, kubectl: Kubectl) -> Non
 
 def test_can_i_follows_rbac(sim: SimCluster, kubectl: Kubectl, tmp_path) -> None:
     bot = _bot(sim, kubectl, tmp_path)
-    no = kubectl("auth", "can-i", "list", "pods", "-n", "ml-vision", as_=bot, ok=False)
+    no = kubectl("auth", "can-i", "list", "pods", "-n", "ml-vision", kubeconfig=bot, ok=False)
     assert (no.returncode, no.stdout.strip()) == (1, "no")
-    denied = kubectl("get", "pods", "-n", "ml-vision", as_=bot, ok=False)
+    denied = kubectl("get", "pods", "-n", "ml-vision", kubeconfig=bot, ok=False)
     assert denied.stderr.strip() == (
         'Error from server (Forbidden): pods is forbidden: User "system:serviceaccount:'
         'ml-vision:bot" cannot list resource "pods" in API group "" in the namespace "ml-vision"'
@@ -112,13 +81,13 @@ def test_can_i_follows_rbac(sim: SimCluster, kubectl: Kubectl, tmp_path) -> None
         "create", "rolebinding", "bot-pods", "--role=pods",
         "--serviceaccount=ml-vision:bot", "-n", "ml-vision",
     )  # fmt: skip
-    yes = kubectl("auth", "can-i", "list", "pods", "-n", "ml-vision", as_=bot)
+    yes = kubectl("auth", "can-i", "list", "pods", "-n", "ml-vision", kubeconfig=bot)
     assert yes.stdout.strip() == "yes"
-    assert "resnet-train-0" in kubectl("get", "pods", "-n", "ml-vision", as_=bot).stdout
-    other = kubectl("auth", "can-i", "list", "pods", "-n", "genomics", as_=bot, ok=False)
+    assert "resnet-train-0" in kubectl("get", "pods", "-n", "ml-vision", kubeconfig=bot).stdout
+    other = kubectl("auth", "can-i", "list", "pods", "-n", "genomics", kubeconfig=bot, ok=False)
     assert other.stdout.strip() == "no"
-    assert kubectl("auth", "can-i", "get", "/healthz", as_=bot).stdout.strip() == "yes"
-    rules = kubectl("auth", "can-i", "--list", "-n", "ml-vision", as_=bot).stdout
+    assert kubectl("auth", "can-i", "get", "/healthz", kubeconfig=bot).stdout.strip() == "yes"
+    rules = kubectl("auth", "can-i", "--list", "-n", "ml-vision", kubeconfig=bot).stdout
     lines = [line.split() for line in rules.splitlines()]
     assert ["pods", "[]", "[]", "[get", "list]"] in lines
     assert ["selfsubjectaccessreviews.authorization.k8s.io", "[]", "[]", "[create]"] in lines
@@ -211,7 +180,7 @@ def test_impersonation_needs_the_impersonate_verb(
         "username": "alice",
         "groups": ["devs", "system:authenticated"],
     }
-    refused = kubectl("get", "pods", "--as=alice", as_=bot, ok=False)
+    refused = kubectl("get", "pods", "--as=alice", kubeconfig=bot, ok=False)
     assert refused.stderr.strip() == (
         'Error from server (Forbidden): users "alice" is forbidden: User "system:'
         'serviceaccount:ml-vision:bot" cannot impersonate resource "users" in API group "" at '
@@ -223,6 +192,7 @@ def test_cli_applies_manifests_and_writes_serviceaccount_kubeconfigs(tmp_path) -
     """``python -m simcluster --apply ... --serviceaccount-kubeconfig NS/NAME=PATH``."""
     from simcluster.testing import start_subprocess
 
+    binary = need_kubectl()
     manifest = tmp_path / "sa.yaml"
     manifest.write_text(
         "apiVersion: v1\nkind: Namespace\nmetadata: {name: tools}\n---\n"
@@ -238,11 +208,7 @@ def test_cli_applies_manifests_and_writes_serviceaccount_kubeconfigs(tmp_path) -
         ]
     )
     try:
-        env = {"HOME": str(tmp_path), "PATH": os.environ.get("PATH", "")}
-        me = subprocess.run(
-            ["kubectl", "--kubeconfig", str(sa_kc), "auth", "whoami", "-o", "json"],
-            capture_output=True, text=True, env=env, timeout=60, check=True,
-        )  # fmt: skip
+        me = Kubectl(binary, run, tmp_path)("auth", "whoami", "-o", "json", kubeconfig=sa_kc)
         assert json.loads(me.stdout)["status"]["userInfo"]["username"] == (
             "system:serviceaccount:tools:runner"
         )

@@ -10,12 +10,9 @@ interval = 0.25 of it) and ``pkg/controller/garbagecollector`` (the lease goes w
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,7 +21,7 @@ from kubernetes.client.rest import ApiException
 
 from simcluster import SimCluster
 
-from .conftest import make_api
+from .helpers import Kubectl, make_api, wait_until
 
 FLEET = {
     "nodes": [
@@ -36,44 +33,29 @@ MICRO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 
 
 @pytest.fixture
-def lsim() -> Iterator[SimCluster]:
-    s = SimCluster.from_fleet(FLEET, lease_renew_s=0.3)
-    s.start()
-    yield s
-    s.stop()
+def sim() -> Iterator[SimCluster]:
+    """This module's simulator (the ``api`` and ``kubectl`` fixtures use it)."""
+    with SimCluster.from_fleet(FLEET, lease_renew_s=0.3) as s:
+        yield s
 
 
 @pytest.fixture
-def apis(lsim: SimCluster) -> Iterator[tuple[client.CoreV1Api, client.CoordinationV1Api]]:
-    a = make_api(lsim)
-    yield client.CoreV1Api(a), client.CoordinationV1Api(a)
-    a.close()
-
-
-def _wait(pred: Callable[[], Any], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
+def apis(api: client.ApiClient) -> tuple[client.CoreV1Api, client.CoordinationV1Api]:
+    return client.CoreV1Api(api), client.CoordinationV1Api(api)
 
 
 def _renew_time(coord: client.CoordinationV1Api, name: str) -> Any:
     return coord.read_namespaced_lease(name, "kube-node-lease").spec.renew_time
 
 
-def test_discovery(lsim: SimCluster) -> None:
-    a = make_api(lsim)
-    groups = {g.name: g for g in client.ApisApi(a).get_api_versions().groups}
+def test_discovery(api: client.ApiClient) -> None:
+    groups = {g.name: g for g in client.ApisApi(api).get_api_versions().groups}
     assert groups["coordination.k8s.io"].preferred_version.group_version == "coordination.k8s.io/v1"
-    res = client.CoordinationV1Api(a).get_api_resources()
+    res = client.CoordinationV1Api(api).get_api_resources()
     lease = next(r for r in res.resources if r.name == "leases")
     assert (lease.kind, lease.namespaced, lease.singular_name) == ("Lease", True, "lease")
     assert not lease.short_names
     assert set(lease.verbs) >= {"create", "delete", "get", "list", "patch", "update", "watch"}
-    a.close()
 
 
 def test_every_node_has_a_lease(apis: Any) -> None:
@@ -101,13 +83,13 @@ def test_ready_nodes_renew_notready_do_not(apis: Any) -> None:
     _, coord = apis
     first_up = _renew_time(coord, "up-0")
     first_down = _renew_time(coord, "down-0")
-    _wait(lambda: _renew_time(coord, "up-0") > first_up)
-    _wait(lambda: _renew_time(coord, "up-1") > first_up)
+    wait_until(lambda: _renew_time(coord, "up-0") > first_up)
+    wait_until(lambda: _renew_time(coord, "up-1") > first_up)
     time.sleep(0.4)
     assert _renew_time(coord, "down-0") == first_down
 
 
-def test_watch_sees_renewals(lsim: SimCluster, apis: Any) -> None:
+def test_watch_sees_renewals(apis: Any) -> None:
     _, coord = apis
     rv = coord.list_namespaced_lease("kube-node-lease").metadata.resource_version
     names = set()
@@ -122,17 +104,17 @@ def test_watch_sees_renewals(lsim: SimCluster, apis: Any) -> None:
 def test_node_created_and_deleted(apis: Any) -> None:
     core, coord = apis
     node = core.create_node({"metadata": {"name": "late"}})
-    lease = _wait(lambda: _get(coord, "late"))
+    lease = wait_until(lambda: _get(coord, "late"))
     assert lease.metadata.owner_references[0].uid == node.metadata.uid
     core.delete_node("late")
-    _wait(lambda: _get(coord, "late") is None)
+    wait_until(lambda: _get(coord, "late") is None)
 
 
 def test_deleted_lease_is_recreated(apis: Any) -> None:
     _, coord = apis
     old = coord.read_namespaced_lease("up-0", "kube-node-lease")
     coord.delete_namespaced_lease("up-0", "kube-node-lease")
-    new = _wait(lambda: _get(coord, "up-0"))
+    new = wait_until(lambda: _get(coord, "up-0"))
     assert new.metadata.uid != old.metadata.uid
 
 
@@ -156,32 +138,18 @@ def test_leases_are_ordinary_objects(apis: Any) -> None:
 
 
 def test_renewals_can_be_turned_off() -> None:
-    s = SimCluster.from_fleet(FLEET, lease_renew_s=0)
-    s.start()
-    try:
-        a = make_api(s)
+    with SimCluster.from_fleet(FLEET, lease_renew_s=0) as s, make_api(s) as a:
         coord = client.CoordinationV1Api(a)
         before = _renew_time(coord, "up-0")
         time.sleep(0.5)
         assert _renew_time(coord, "up-0") == before
-        a.close()
-    finally:
-        s.stop()
 
 
-@pytest.mark.skipif(
-    shutil.which("kubectl") is None,
-    reason="kubectl not installed (Debian package kubernetes-client)",
-)
-def test_kubectl_get_leases(lsim: SimCluster, tmp_path) -> None:
-    kc = lsim.write_kubeconfig(tmp_path / "kc")
-    r = subprocess.run(
-        ["kubectl", "--kubeconfig", str(kc), "get", "lease", "up-1", "-n", "kube-node-lease",
-         "-o", "jsonpath={.spec.holderIdentity} {.spec.leaseDurationSeconds}"],
-        capture_output=True, text=True, env=dict(os.environ, HOME=str(tmp_path)), timeout=60,
-        check=False,
+def test_kubectl_get_leases(kubectl: Kubectl) -> None:
+    r = kubectl(
+        "get", "lease", "up-1", "-n", "kube-node-lease",
+        "-o", "jsonpath={.spec.holderIdentity} {.spec.leaseDurationSeconds}",
     )  # fmt: skip
-    assert r.returncode == 0, r.stderr
     assert r.stdout == "up-1 40"
 
 

@@ -17,21 +17,19 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import shutil
-import subprocess
 import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 
 from simcluster import SimCluster
+
+from .helpers import Kubectl
 
 INCONSISTENT = (
     "The provided continue parameter is too old to display a consistent list result. "
@@ -345,20 +343,9 @@ def test_unparsable_resource_version_and_limit(sim: SimCluster) -> None:
     assert (code, st["message"]) == (400, 'strconv.ParseInt: parsing "x": invalid syntax')
 
 
-@pytest.mark.skipif(
-    shutil.which("kubectl") is None,
-    reason="kubectl not installed (Debian package kubernetes-client)",
-)
-def test_kubectl_chunked_list(sim: SimCluster, tmp_path: Path) -> None:
+def test_kubectl_chunked_list(sim: SimCluster, kubectl: Kubectl) -> None:
     """kubectl pages with --chunk-size and follows continue tokens to the end."""
-    kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
-    env = {"HOME": str(tmp_path), "PATH": os.environ.get("PATH", "")}
-    r = subprocess.run(
-        ["kubectl", "--kubeconfig", str(kubeconfig), "get", "pods", "-A", "--chunk-size=3",
-         "-o", "name", "-v=6"],
-        capture_output=True, text=True, env=env, timeout=60,
-    )  # fmt: skip
-    assert r.returncode == 0, r.stderr
+    r = kubectl("get", "pods", "-A", "--chunk-size=3", "-o", "name", "-v=6")
     assert len(r.stdout.split()) == len(sim.list("pods"))
     assert r.stderr.count("continue=") >= 2  # several pages were fetched
 

@@ -13,17 +13,15 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import pytest
 from kubernetes import client
 
 from simcluster import SimCluster
+
+from .helpers import Kubectl
 
 
 def _get(
@@ -159,20 +157,26 @@ def test_categories_in_discovery(api: client.ApiClient) -> None:
     assert "categories" not in resources["configmaps"]
 
 
-def test_event_field_selectors(v1: client.CoreV1Api) -> None:
-    node = v1.read_node("a100-00")
+def _node_event(v1: client.CoreV1Api, reason: str, message: str) -> str:
+    """A Warning Event from the kubelet about node a100-00; returns the node's uid."""
+    uid = v1.read_node("a100-00").metadata.uid
     ev = {
         "metadata": {"name": "a100-00.1"},
-        "involvedObject": {"kind": "Node", "name": "a100-00", "uid": node.metadata.uid},
-        "reason": "Rebooted",
+        "involvedObject": {"kind": "Node", "name": "a100-00", "uid": uid},
+        "reason": reason,
         "type": "Warning",
-        "message": "node rebooted",
+        "message": message,
         "source": {"component": "kubelet"},
     }
     v1.create_namespaced_event("default", ev)
+    return uid
+
+
+def test_event_field_selectors(v1: client.CoreV1Api) -> None:
+    uid = _node_event(v1, "Rebooted", "node rebooted")
     sel = (
         f"involvedObject.name=a100-00,involvedObject.namespace=,involvedObject.kind=Node,"
-        f"involvedObject.uid={node.metadata.uid}"
+        f"involvedObject.uid={uid}"
     )
     assert [e.reason for e in v1.list_event_for_all_namespaces(field_selector=sel).items] == [
         "Rebooted"
@@ -185,31 +189,6 @@ def test_event_field_selectors(v1: client.CoreV1Api) -> None:
 
 
 # --------------------------------------------------------------------- kubectl
-pytestmark_kubectl = pytest.mark.skipif(
-    shutil.which("kubectl") is None,
-    reason="kubectl not installed (Debian package kubernetes-client)",
-)
-
-
-@pytest.fixture
-def kubectl(sim: SimCluster, tmp_path: Path) -> Any:
-    kc = sim.write_kubeconfig(tmp_path / "kubeconfig")
-
-    def run(*args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
-        r = subprocess.run(
-            ["kubectl", "--kubeconfig", str(kc), *args],
-            capture_output=True,
-            text=True,
-            env={"HOME": str(tmp_path), "PATH": os.environ.get("PATH", "")},
-            timeout=60,
-        )
-        if ok:
-            assert r.returncode == 0, f"kubectl {' '.join(args)}: {r.stderr}"
-        return r
-
-    return run
-
-
 _POD = """apiVersion: v1
 kind: Pod
 metadata:
@@ -223,8 +202,7 @@ spec:
 """
 
 
-@pytestmark_kubectl
-def test_kubectl_create_validates_on_the_server(kubectl: Any, tmp_path: Path) -> None:
+def test_kubectl_create_validates_on_the_server(kubectl: Kubectl, tmp_path: Path) -> None:
     f = tmp_path / "pod.yaml"
     f.write_text(_POD.replace("image: busybox", "image: busybox\n    resourcez: {}"))
     r = kubectl("create", "-f", str(f), ok=False)
@@ -237,8 +215,9 @@ def test_kubectl_create_validates_on_the_server(kubectl: Any, tmp_path: Path) ->
     assert kubectl("create", "-f", str(f)).stdout.strip() == "pod/web created"
 
 
-@pytestmark_kubectl
-def test_kubectl_apply_diff_and_server_side(kubectl: Any, sim: SimCluster, tmp_path: Path) -> None:
+def test_kubectl_apply_diff_and_server_side(
+    kubectl: Kubectl, sim: SimCluster, tmp_path: Path
+) -> None:
     f = tmp_path / "pod.yaml"
     f.write_text(_POD)
     assert kubectl("apply", "-f", str(f)).stdout.strip() == "pod/web created"
@@ -252,8 +231,7 @@ def test_kubectl_apply_diff_and_server_side(kubectl: Any, sim: SimCluster, tmp_p
     assert sim.get("pods", "web", "robotics")["metadata"]["labels"] == {"app": "web2"}
 
 
-@pytestmark_kubectl
-def test_kubectl_explain(kubectl: Any) -> None:
+def test_kubectl_explain(kubectl: Kubectl) -> None:
     out = kubectl("explain", "pod.spec.containers.resources").stdout
     assert out.startswith(
         "KIND:       Pod\nVERSION:    v1\n\nFIELD: resources <ResourceRequirements>"
@@ -267,8 +245,7 @@ def test_kubectl_explain(kubectl: Any) -> None:
     assert "GROUP:      policy" in out and "FIELD: minAvailable <IntOrString>" in out
 
 
-@pytestmark_kubectl
-def test_kubectl_get_all_and_wide(kubectl: Any) -> None:
+def test_kubectl_get_all_and_wide(kubectl: Kubectl) -> None:
     out = kubectl("get", "all", "-n", "ml-vision").stdout
     assert "pod/resnet-train-0" in out
     header = kubectl("get", "nodes", "-o", "wide").stdout.splitlines()[0].split()
@@ -286,20 +263,8 @@ def test_kubectl_get_all_and_wide(kubectl: Any) -> None:
     ]  # fmt: skip
 
 
-@pytestmark_kubectl
-def test_kubectl_describe(kubectl: Any, v1: client.CoreV1Api) -> None:
-    node = v1.read_node("a100-00")
-    v1.create_namespaced_event(
-        "default",
-        {
-            "metadata": {"name": "a100-00.1"},
-            "involvedObject": {"kind": "Node", "name": "a100-00", "uid": node.metadata.uid},
-            "reason": "NodeRebooted",
-            "type": "Warning",
-            "message": "Node a100-00 has been rebooted",
-            "source": {"component": "kubelet"},
-        },
-    )
+def test_kubectl_describe(kubectl: Kubectl, v1: client.CoreV1Api) -> None:
+    _node_event(v1, "NodeRebooted", "Node a100-00 has been rebooted")
     out = kubectl("describe", "node", "a100-00").stdout
     assert "Name:               a100-00" in out
     assert "NodeRebooted" in out and "Node a100-00 has been rebooted" in out

@@ -13,9 +13,6 @@ gc_controller.go`` (orphaned pods), ``pkg/registry/core/namespace/storage/storag
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,8 +23,9 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from simcluster import SimCluster
+from tests.prereqs import need_kubectl
 
-from .conftest import DEMO, make_api
+from .helpers import DEMO, Kubectl, gone, make_api, pod, wait_until
 
 FLEET = {
     "nodes": [
@@ -47,36 +45,15 @@ def _sim(fleet: Any = DEMO, **kw: Any) -> SimCluster:
 
 
 @pytest.fixture
-def lsim() -> Iterator[SimCluster]:
-    s = _sim(FLEET)
-    yield s
-    s.stop()
-
-
-@pytest.fixture
-def core(lsim: SimCluster) -> Iterator[client.CoreV1Api]:
-    a = make_api(lsim)
-    yield client.CoreV1Api(a)
-    a.close()
+def sim() -> Iterator[SimCluster]:
+    """This module's simulator (the ``api`` and ``v1`` fixtures use it)."""
+    with _sim(FLEET) as s:
+        yield s
 
 
 def _pod(name: str, node: str | None = "gpu-0", grace: int | None = None, **meta: Any) -> dict:
-    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "x"}]}
-    if node:
-        spec["nodeName"] = node
-    if grace is not None:
-        spec["terminationGracePeriodSeconds"] = grace
-    return {"metadata": {"name": name, **meta}, "spec": spec}
-
-
-def _wait(pred: Callable[[], Any], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
+    spec = {} if grace is None else {"terminationGracePeriodSeconds": grace}
+    return pod(name, node=node, meta=meta, **spec)
 
 
 def _raw(fn: Callable[..., Any], *args: Any, **kw: Any) -> dict[str, Any]:
@@ -84,86 +61,78 @@ def _raw(fn: Callable[..., Any], *args: Any, **kw: Any) -> dict[str, Any]:
     return json.loads(fn(*args, _preload_content=False, **kw).data)
 
 
-def _gone(core: client.CoreV1Api, name: str, ns: str = "team") -> bool:
-    try:
-        core.read_namespaced_pod(name, ns)
-    except ApiException as err:
-        return err.status == 404
-    return False
+def _gone(v1: client.CoreV1Api, name: str, ns: str = "team") -> bool:
+    return gone(v1.read_namespaced_pod, name, ns)
 
 
-def test_delete_running_pod_is_graceful_then_kubelet_removes_it(
-    lsim: SimCluster, core: client.CoreV1Api
-) -> None:
-    core.create_namespaced_pod("team", _pod("web", grace=20))
+def test_delete_running_pod_is_graceful_then_kubelet_removes_it(v1: client.CoreV1Api) -> None:
+    v1.create_namespaced_pod("team", _pod("web", grace=20))
     before = time.time()
-    out = core.delete_namespaced_pod("web", "team")
+    out = v1.delete_namespaced_pod("web", "team")
     # 200 with the pod itself, now carrying deletionTimestamp = now + grace
     assert out.metadata.deletion_grace_period_seconds == 20
     ts = out.metadata.deletion_timestamp.timestamp()
     assert before + 19 <= ts <= time.time() + 21
-    assert core.read_namespaced_pod("web", "team").metadata.deletion_timestamp is not None
+    assert v1.read_namespaced_pod("web", "team").metadata.deletion_timestamp is not None
     # the kubelet stops the containers (pod_stop_s), posts Failed, deletes with grace 0
-    _wait(lambda: _gone(core, "web"))
+    wait_until(lambda: _gone(v1, "web"))
 
 
-def test_default_grace_is_termination_grace_period(core: client.CoreV1Api) -> None:
-    core.create_namespaced_pod("team", _pod("a"))  # spec default: 30
-    assert core.delete_namespaced_pod("a", "team").metadata.deletion_grace_period_seconds == 30
-    core.create_namespaced_pod("team", _pod("b", grace=5))
-    out = core.delete_namespaced_pod("b", "team", grace_period_seconds=12)
+def test_default_grace_is_termination_grace_period(v1: client.CoreV1Api) -> None:
+    v1.create_namespaced_pod("team", _pod("a"))  # spec default: 30
+    assert v1.delete_namespaced_pod("a", "team").metadata.deletion_grace_period_seconds == 30
+    v1.create_namespaced_pod("team", _pod("b", grace=5))
+    out = v1.delete_namespaced_pod("b", "team", grace_period_seconds=12)
     assert out.metadata.deletion_grace_period_seconds == 12
 
 
 def test_unscheduled_and_terminal_pods_and_grace_zero_go_at_once(
-    lsim: SimCluster, core: client.CoreV1Api
+    sim: SimCluster, v1: client.CoreV1Api
 ) -> None:
-    core.create_namespaced_pod("team", _pod("pending", node=None))
-    out = core.delete_namespaced_pod("pending", "team")
+    v1.create_namespaced_pod("team", _pod("pending", node=None))
+    out = v1.delete_namespaced_pod("pending", "team")
     assert out.metadata.deletion_grace_period_seconds == 0
-    assert _gone(core, "pending")
-    core.create_namespaced_pod("team", _pod("done"))
-    lsim.set_pod_phase("team", "done", "Succeeded")
-    core.delete_namespaced_pod("done", "team")
-    assert _gone(core, "done")
-    core.create_namespaced_pod("team", _pod("forced"))
-    core.delete_namespaced_pod("forced", "team", grace_period_seconds=0)
-    assert _gone(core, "forced")
+    assert _gone(v1, "pending")
+    v1.create_namespaced_pod("team", _pod("done"))
+    sim.set_pod_phase("team", "done", "Succeeded")
+    v1.delete_namespaced_pod("done", "team")
+    assert _gone(v1, "done")
+    v1.create_namespaced_pod("team", _pod("forced"))
+    v1.delete_namespaced_pod("forced", "team", grace_period_seconds=0)
+    assert _gone(v1, "forced")
 
 
-def test_grace_zero_delete_writes_the_deletion_first(
-    lsim: SimCluster, core: client.CoreV1Api
-) -> None:
+def test_grace_zero_delete_writes_the_deletion_first(v1: client.CoreV1Api) -> None:
     """The store updates the object (deletionTimestamp, grace 0) before deleting it."""
-    core.create_namespaced_pod("team", _pod("w"))
-    rv = core.list_namespaced_pod("team").metadata.resource_version
-    core.delete_namespaced_pod("w", "team", grace_period_seconds=0)
+    v1.create_namespaced_pod("team", _pod("w"))
+    rv = v1.list_namespaced_pod("team").metadata.resource_version
+    v1.delete_namespaced_pod("w", "team", grace_period_seconds=0)
     events = [
         (e["type"], e["object"].metadata.deletion_grace_period_seconds)
         for e in watch.Watch().stream(
-            core.list_namespaced_pod, "team", resource_version=rv, timeout_seconds=1
+            v1.list_namespaced_pod, "team", resource_version=rv, timeout_seconds=1
         )
         if e["type"] != "BOOKMARK"
     ]
     assert events == [("MODIFIED", 0), ("DELETED", 0)]
 
 
-def test_second_delete_may_only_shorten_the_grace_period(core: client.CoreV1Api) -> None:
-    core.create_namespaced_pod("team", _pod("s", grace=60))
-    first = core.delete_namespaced_pod("s", "team").metadata
-    again = core.delete_namespaced_pod("s", "team", grace_period_seconds=120).metadata
+def test_second_delete_may_only_shorten_the_grace_period(v1: client.CoreV1Api) -> None:
+    v1.create_namespaced_pod("team", _pod("s", grace=60))
+    first = v1.delete_namespaced_pod("s", "team").metadata
+    again = v1.delete_namespaced_pod("s", "team", grace_period_seconds=120).metadata
     assert again.deletion_timestamp == first.deletion_timestamp
     assert again.resource_version == first.resource_version  # nothing written
-    shorter = core.delete_namespaced_pod("s", "team", grace_period_seconds=10).metadata
+    shorter = v1.delete_namespaced_pod("s", "team", grace_period_seconds=10).metadata
     assert shorter.deletion_grace_period_seconds == 10
     assert 49 <= (first.deletion_timestamp - shorter.deletion_timestamp).total_seconds() <= 51
 
 
-def test_preconditions_and_dry_run(core: client.CoreV1Api) -> None:
-    pod = core.create_namespaced_pod("team", _pod("p"))
+def test_preconditions_and_dry_run(v1: client.CoreV1Api) -> None:
+    pod = v1.create_namespaced_pod("team", _pod("p"))
     body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid="not-the-uid"))
     with pytest.raises(ApiException) as ei:
-        core.delete_namespaced_pod("p", "team", body=body)
+        v1.delete_namespaced_pod("p", "team", body=body)
     assert ei.value.status == 409
     assert json.loads(ei.value.body)["message"] == (
         f'Operation cannot be fulfilled on Pod "p": the UID in the precondition (not-the-uid) '
@@ -172,148 +141,136 @@ def test_preconditions_and_dry_run(core: client.CoreV1Api) -> None:
     )
     body = client.V1DeleteOptions(preconditions=client.V1Preconditions(resource_version="1"))
     with pytest.raises(ApiException) as ei:
-        core.delete_namespaced_pod("p", "team", body=body)
+        v1.delete_namespaced_pod("p", "team", body=body)
     assert "the ResourceVersion in the precondition (1) does not match" in ei.value.body
-    dry = core.delete_namespaced_pod("p", "team", dry_run="All")
+    dry = v1.delete_namespaced_pod("p", "team", dry_run="All")
     assert dry.metadata.deletion_timestamp is not None
-    live = core.read_namespaced_pod("p", "team")
+    live = v1.read_namespaced_pod("p", "team")
     assert live.metadata.deletion_timestamp is None
     assert live.metadata.resource_version == pod.metadata.resource_version
 
 
-def test_bad_delete_options_are_422(core: client.CoreV1Api) -> None:
-    core.create_namespaced_pod("team", _pod("o"))
+def test_bad_delete_options_are_422(v1: client.CoreV1Api) -> None:
+    v1.create_namespaced_pod("team", _pod("o"))
     with pytest.raises(ApiException) as ei:
-        core.delete_namespaced_pod("o", "team", propagation_policy="Sideways")
+        v1.delete_namespaced_pod("o", "team", propagation_policy="Sideways")
     assert ei.value.status == 422
     assert json.loads(ei.value.body)["message"] == (
         'DeleteOptions.meta.k8s.io "" is invalid: propagationPolicy: Unsupported value: '
         '"Sideways": supported values: "Foreground", "Background", "Orphan", "nil"'
     )
-    core.delete_namespaced_pod("o", "team", propagation_policy="Background")
+    v1.delete_namespaced_pod("o", "team", propagation_policy="Background")
 
 
-def test_finalizers_keep_any_object_until_removed(core: client.CoreV1Api) -> None:
-    core.create_namespaced_config_map(
+def test_finalizers_keep_any_object_until_removed(v1: client.CoreV1Api) -> None:
+    v1.create_namespaced_config_map(
         "team", {"metadata": {"name": "cm", "finalizers": ["example.com/hold"]}}
     )
-    out = _raw(core.delete_namespaced_config_map, "cm", "team")
+    out = _raw(v1.delete_namespaced_config_map, "cm", "team")
     # not deleted: the object comes back, marked (grace 0)
     assert out["metadata"]["deletionTimestamp"]
     assert out["metadata"]["deletionGracePeriodSeconds"] == 0
-    cm = core.read_namespaced_config_map("cm", "team")
+    cm = v1.read_namespaced_config_map("cm", "team")
     assert cm.metadata.deletion_timestamp is not None
     # an update may not take the deletion timestamp away
     cm.metadata.deletion_timestamp = None
     cm.data = {"k": "v"}
-    cm = core.replace_namespaced_config_map("cm", "team", cm)
+    cm = v1.replace_namespaced_config_map("cm", "team", cm)
     assert cm.metadata.deletion_timestamp is not None
-    core.patch_namespaced_config_map("cm", "team", {"metadata": {"finalizers": None}})
+    v1.patch_namespaced_config_map("cm", "team", {"metadata": {"finalizers": None}})
     with pytest.raises(ApiException) as ei:
-        core.read_namespaced_config_map("cm", "team")
+        v1.read_namespaced_config_map("cm", "team")
     assert ei.value.status == 404
 
 
-def test_pod_with_finalizer_is_removed_only_after_both(
-    lsim: SimCluster, core: client.CoreV1Api
-) -> None:
-    core.create_namespaced_pod("team", _pod("f", finalizers=["example.com/hold"]))
-    core.delete_namespaced_pod("f", "team")
+def test_pod_with_finalizer_is_removed_only_after_both(v1: client.CoreV1Api) -> None:
+    v1.create_namespaced_pod("team", _pod("f", finalizers=["example.com/hold"]))
+    v1.delete_namespaced_pod("f", "team")
     # the kubelet finishes it (grace 0 now) but the finalizer keeps it
-    _wait(lambda: core.read_namespaced_pod("f", "team").metadata.deletion_grace_period_seconds == 0)
-    pod = core.read_namespaced_pod("f", "team")
+    wait_until(
+        lambda: v1.read_namespaced_pod("f", "team").metadata.deletion_grace_period_seconds == 0
+    )
+    pod = v1.read_namespaced_pod("f", "team")
     assert pod.status.phase == "Failed"
-    core.patch_namespaced_pod("f", "team", {"metadata": {"finalizers": None}})
-    assert _gone(core, "f")
+    v1.patch_namespaced_pod("f", "team", {"metadata": {"finalizers": None}})
+    assert _gone(v1, "f")
 
 
-def test_pods_on_notready_nodes_stay_terminating(lsim: SimCluster, core: client.CoreV1Api) -> None:
-    core.create_namespaced_pod("team", _pod("stuck", node="down-0", grace=1))
-    core.delete_namespaced_pod("stuck", "team")
+def test_pods_on_notready_nodes_stay_terminating(v1: client.CoreV1Api) -> None:
+    v1.create_namespaced_pod("team", _pod("stuck", node="down-0", grace=1))
+    v1.delete_namespaced_pod("stuck", "team")
     time.sleep(1.5)
-    assert core.read_namespaced_pod("stuck", "team").metadata.deletion_timestamp is not None
+    assert v1.read_namespaced_pod("stuck", "team").metadata.deletion_timestamp is not None
     # the node comes back: its kubelet finishes the pod
     cond = {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "ok"}
-    core.patch_node_status("down-0", {"status": {"conditions": [cond]}})
-    _wait(lambda: _gone(core, "stuck"))
+    v1.patch_node_status("down-0", {"status": {"conditions": [cond]}})
+    wait_until(lambda: _gone(v1, "stuck"))
 
 
 def test_pods_ignoring_sigterm_take_the_full_grace_period(
-    lsim: SimCluster, core: client.CoreV1Api
+    sim: SimCluster, v1: client.CoreV1Api
 ) -> None:
-    lsim.faults.update(pods_ignore_sigterm=True)
-    core.create_namespaced_pod("team", _pod("slow", grace=2))
+    sim.faults.update(pods_ignore_sigterm=True)
+    v1.create_namespaced_pod("team", _pod("slow", grace=2))
     t0 = time.monotonic()
-    core.delete_namespaced_pod("slow", "team")
+    v1.delete_namespaced_pod("slow", "team")
     time.sleep(1.0)
-    assert not _gone(core, "slow")
-    _wait(lambda: _gone(core, "slow"))
+    assert not _gone(v1, "slow")
+    wait_until(lambda: _gone(v1, "slow"))
     assert time.monotonic() - t0 >= 1.8
 
 
 def test_podgc_deletes_pods_of_a_vanished_node() -> None:
-    s = _sim(FLEET, podgc_quarantine_s=0.3)
-    try:
-        a = make_api(s)
-        core = client.CoreV1Api(a)
-        core.create_namespaced_pod("team", _pod("orphan", node="gpu-1"))
-        core.delete_node("gpu-1")
+    with _sim(FLEET, podgc_quarantine_s=0.3) as s, make_api(s) as a:
+        v1 = client.CoreV1Api(a)
+        v1.create_namespaced_pod("team", _pod("orphan", node="gpu-1"))
+        v1.delete_node("gpu-1")
         time.sleep(0.1)
-        assert not _gone(core, "orphan")
-        _wait(lambda: _gone(core, "orphan"))
-        a.close()
-    finally:
-        s.stop()
+        assert not _gone(v1, "orphan")
+        wait_until(lambda: _gone(v1, "orphan"))
 
 
 def test_terminating_gpu_pods_keep_the_node_busy_for_mig() -> None:
     """mig-manager refuses while the GPU pods still run; the kubelet frees them later."""
-    s = _sim(DEMO, pod_stop_s=1.5)
-    try:
-        a = make_api(s)
-        core = client.CoreV1Api(a)
+    with _sim(DEMO, pod_stop_s=1.5) as s, make_api(s) as a:
+        v1 = client.CoreV1Api(a)
         for i in range(4):
-            core.delete_namespaced_pod(f"yolo-mig-{i}", "ml-vision")
-        core.patch_node(
-            "a100-02", {"metadata": {"labels": {"nvidia.com/mig.config": "all-3g.40gb"}}}
-        )
+            v1.delete_namespaced_pod(f"yolo-mig-{i}", "ml-vision")
+        v1.patch_node("a100-02", {"metadata": {"labels": {"nvidia.com/mig.config": "all-3g.40gb"}}})
 
         def state() -> str | None:
-            st = core.read_node("a100-02").metadata.labels.get("nvidia.com/mig.config.state")
+            st = v1.read_node("a100-02").metadata.labels.get("nvidia.com/mig.config.state")
             return st if st in ("success", "failed") else None
 
-        assert _wait(state) == "failed"  # pods terminating: GPUs still in use
-        _wait(
+        assert wait_until(state) == "failed"  # pods terminating: GPUs still in use
+        wait_until(
             lambda: (
-                not core.list_namespaced_pod("ml-vision", label_selector="app=yolo").items
+                not v1.list_namespaced_pod("ml-vision", label_selector="app=yolo").items
                 and not any(
                     p.metadata.name.startswith("yolo")
-                    for p in core.list_namespaced_pod("ml-vision").items
+                    for p in v1.list_namespaced_pod("ml-vision").items
                 )
             )
         )
-        core.patch_node(
+        v1.patch_node(
             "a100-02", {"metadata": {"labels": {"nvidia.com/mig.config": "all-balanced"}}}
         )
-        _wait(
+        wait_until(
             lambda: (
-                core.read_node("a100-02").metadata.labels.get("nvidia.com/mig.config.state")
+                v1.read_node("a100-02").metadata.labels.get("nvidia.com/mig.config.state")
                 == "success"
             )
         )
-        a.close()
-    finally:
-        s.stop()
 
 
-def test_namespace_termination(lsim: SimCluster, core: client.CoreV1Api) -> None:
-    core.create_namespace({"metadata": {"name": "gone-soon"}})
-    core.create_namespaced_pod("gone-soon", _pod("x", grace=1))
-    core.create_namespaced_config_map("gone-soon", {"metadata": {"name": "c"}})
-    ns = _raw(core.delete_namespace, "gone-soon")
+def test_namespace_termination(v1: client.CoreV1Api) -> None:
+    v1.create_namespace({"metadata": {"name": "gone-soon"}})
+    v1.create_namespaced_pod("gone-soon", _pod("x", grace=1))
+    v1.create_namespaced_config_map("gone-soon", {"metadata": {"name": "c"}})
+    ns = _raw(v1.delete_namespace, "gone-soon")
     assert ns["status"]["phase"] == "Terminating" and ns["metadata"]["deletionTimestamp"]
     with pytest.raises(ApiException) as ei:
-        core.create_namespaced_config_map("gone-soon", {"metadata": {"name": "late"}})
+        v1.create_namespaced_config_map("gone-soon", {"metadata": {"name": "late"}})
     assert ei.value.status == 403
     body = json.loads(ei.value.body)
     assert body["message"] == (
@@ -328,33 +285,25 @@ def test_namespace_termination(lsim: SimCluster, core: client.CoreV1Api) -> None
         }
     ]
     with pytest.raises(ApiException) as ei:
-        core.delete_namespace("gone-soon")
+        v1.delete_namespace("gone-soon")
     assert ei.value.status == 409
     assert "The system is ensuring all content is removed from this namespace." in ei.value.body
-
-    def removed() -> bool:
-        try:
-            core.read_namespace("gone-soon")
-        except ApiException as err:
-            return err.status == 404
-        return False
-
-    _wait(removed)
-    assert not core.list_pod_for_all_namespaces(field_selector="metadata.namespace=gone-soon").items
+    wait_until(lambda: gone(v1.read_namespace, "gone-soon"))
+    assert not v1.list_pod_for_all_namespaces(field_selector="metadata.namespace=gone-soon").items
 
 
-def test_namespace_reports_content_remaining(lsim: SimCluster, core: client.CoreV1Api) -> None:
-    core.create_namespace({"metadata": {"name": "held"}})
-    core.create_namespaced_config_map(
+def test_namespace_reports_content_remaining(v1: client.CoreV1Api) -> None:
+    v1.create_namespace({"metadata": {"name": "held"}})
+    v1.create_namespaced_config_map(
         "held", {"metadata": {"name": "c", "finalizers": ["example.com/hold"]}}
     )
-    core.delete_namespace("held")
+    v1.delete_namespace("held")
 
     def conditions() -> dict[str, Any]:
-        ns = core.read_namespace("held")
+        ns = v1.read_namespace("held")
         return {c.type: (c.status, c.reason, c.message) for c in ns.status.conditions or []}
 
-    conds = _wait(
+    conds = wait_until(
         lambda: (
             (c := conditions()) and c.get("NamespaceFinalizersRemaining", ("",))[0] == "True" and c
         )
@@ -370,95 +319,62 @@ def test_namespace_reports_content_remaining(lsim: SimCluster, core: client.Core
         "Some finalizers are remaining: example.com/hold in 1 resource instances",
     )
     assert conds["NamespaceDeletionDiscoveryFailure"][1] == "ResourcesDiscovered"
-    core.patch_namespaced_config_map("c", "held", {"metadata": {"finalizers": None}})
-
-    def removed() -> bool:
-        try:
-            core.read_namespace("held")
-        except ApiException as err:
-            return err.status == 404
-        return False
-
-    _wait(removed, timeout=20)
+    v1.patch_namespaced_config_map("c", "held", {"metadata": {"finalizers": None}})
+    wait_until(lambda: gone(v1.read_namespace, "held"), timeout=20)
 
 
-def test_immortal_namespaces(core: client.CoreV1Api) -> None:
+def test_immortal_namespaces(v1: client.CoreV1Api) -> None:
     for name in ("default", "kube-system", "kube-public"):
         with pytest.raises(ApiException) as ei:
-            core.delete_namespace(name)
+            v1.delete_namespace(name)
         assert ei.value.status == 403
         assert json.loads(ei.value.body)["message"] == (
             f'namespaces "{name}" is forbidden: this namespace may not be deleted'
         )
 
 
-def test_garbage_collector_follows_owner_references(
-    lsim: SimCluster, core: client.CoreV1Api
-) -> None:
-    owner = core.create_namespaced_config_map("team", {"metadata": {"name": "owner"}})
+def test_garbage_collector_follows_owner_references(v1: client.CoreV1Api) -> None:
+    owner = v1.create_namespaced_config_map("team", {"metadata": {"name": "owner"}})
     ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner.metadata.uid}
-    core.create_namespaced_config_map(
-        "team", {"metadata": {"name": "dep", "ownerReferences": [ref]}}
-    )
-    core.delete_namespaced_config_map("owner", "team")
-
-    def dep_gone() -> bool:
-        try:
-            core.read_namespaced_config_map("dep", "team")
-        except ApiException as err:
-            return err.status == 404
-        return False
-
-    _wait(dep_gone)
+    v1.create_namespaced_config_map("team", {"metadata": {"name": "dep", "ownerReferences": [ref]}})
+    v1.delete_namespaced_config_map("owner", "team")
+    wait_until(lambda: gone(v1.read_namespaced_config_map, "dep", "team"))
     # Orphan: the owner goes, the dependent stays without the reference
-    owner = core.create_namespaced_config_map("team", {"metadata": {"name": "owner2"}})
+    owner = v1.create_namespaced_config_map("team", {"metadata": {"name": "owner2"}})
     ref = {**ref, "name": "owner2", "uid": owner.metadata.uid}
-    core.create_namespaced_config_map(
+    v1.create_namespaced_config_map(
         "team", {"metadata": {"name": "kept", "ownerReferences": [ref]}}
     )
-    out = _raw(core.delete_namespaced_config_map, "owner2", "team", propagation_policy="Orphan")
+    out = _raw(v1.delete_namespaced_config_map, "owner2", "team", propagation_policy="Orphan")
     assert out["metadata"]["finalizers"] == ["orphan"]
-    _wait(lambda: not (core.read_namespaced_config_map("kept", "team").metadata.owner_references))
-    _wait(
+    wait_until(
+        lambda: not (v1.read_namespaced_config_map("kept", "team").metadata.owner_references)
+    )
+    wait_until(
         lambda: (
-            core.list_namespaced_config_map("team", field_selector="metadata.name=owner2").items
-            == []
+            v1.list_namespaced_config_map("team", field_selector="metadata.name=owner2").items == []
         )
     )
 
 
-def test_delete_collection_is_graceful(lsim: SimCluster, core: client.CoreV1Api) -> None:
+def test_delete_collection_is_graceful(v1: client.CoreV1Api) -> None:
     for n in ("c1", "c2"):
-        core.create_namespaced_pod("team", _pod(n, grace=5, labels={"batch": "x"}))
-    out = _raw(core.delete_collection_namespaced_pod, "team", label_selector="batch=x")
+        v1.create_namespaced_pod("team", _pod(n, grace=5, labels={"batch": "x"}))
+    out = _raw(v1.delete_collection_namespaced_pod, "team", label_selector="batch=x")
     assert sorted(p["metadata"]["name"] for p in out["items"]) == ["c1", "c2"]
-    pods = core.list_namespaced_pod("team", label_selector="batch=x").items
+    pods = v1.list_namespaced_pod("team", label_selector="batch=x").items
     assert len(pods) == 2 and all(p.metadata.deletion_timestamp for p in pods)
-    _wait(lambda: not core.list_namespaced_pod("team", label_selector="batch=x").items)
+    wait_until(lambda: not v1.list_namespaced_pod("team", label_selector="batch=x").items)
 
 
-@pytest.mark.skipif(
-    shutil.which("kubectl") is None,
-    reason="kubectl not installed (Debian package kubernetes-client)",
-)
 def test_kubectl_shows_terminating(tmp_path) -> None:
-    s = _sim(FLEET, pod_stop_s=30)
-    try:
-        kc = s.write_kubeconfig(tmp_path / "kc")
-        env = dict(os.environ, HOME=str(tmp_path))
+    binary = need_kubectl()
+    with _sim(FLEET, pod_stop_s=30) as s:
         s.create("pods", _pod("web", grace=60), "team")
+        kubectl = Kubectl(binary, s, tmp_path)
 
         def k(*args: str) -> str:
-            r = subprocess.run(
-                ["kubectl", "--kubeconfig", str(kc), *args],
-                capture_output=True,
-                text=True,
-                env=env,
-                timeout=60,
-                check=False,
-            )
-            assert r.returncode == 0, r.stderr
-            return r.stdout
+            return kubectl(*args).stdout
 
         assert "deleted" in k("delete", "pod", "web", "-n", "team", "--wait=false")
         out = k("get", "pod", "web", "-n", "team", "-o", "jsonpath={.metadata.deletionTimestamp}")
@@ -468,18 +384,16 @@ def test_kubectl_shows_terminating(tmp_path) -> None:
         # a forced delete (grace 0) removes it at once
         k("delete", "pod", "web", "-n", "team", "--grace-period=0", "--force")
         assert s.list("pods", "team") == []
-    finally:
-        s.stop()
 
 
-def test_watchers_see_terminating_then_deleted(lsim: SimCluster, core: client.CoreV1Api) -> None:
-    core.create_namespaced_pod("team", _pod("seen", grace=3))
-    rv = core.list_namespaced_pod("team").metadata.resource_version
+def test_watchers_see_terminating_then_deleted(v1: client.CoreV1Api) -> None:
+    v1.create_namespaced_pod("team", _pod("seen", grace=3))
+    rv = v1.list_namespaced_pod("team").metadata.resource_version
     seen: list[tuple[str, bool, str]] = []
 
     def watcher() -> None:
         for e in watch.Watch().stream(
-            core.list_namespaced_pod, "team", resource_version=rv, timeout_seconds=5
+            v1.list_namespaced_pod, "team", resource_version=rv, timeout_seconds=5
         ):
             if e["type"] == "BOOKMARK":
                 continue
@@ -491,7 +405,7 @@ def test_watchers_see_terminating_then_deleted(lsim: SimCluster, core: client.Co
     t = threading.Thread(target=watcher)
     t.start()
     time.sleep(0.2)
-    core.delete_namespaced_pod("seen", "team")
+    v1.delete_namespaced_pod("seen", "team")
     t.join(timeout=10)
     assert seen[0] == ("MODIFIED", True, "Running")
     assert ("MODIFIED", True, "Failed") in seen

@@ -16,15 +16,9 @@ from kubernetes.client.rest import ApiException
 
 from simcluster import SimCluster
 
+from .helpers import gpu_pod
+
 APPLY = "application/apply-patch+yaml"
-
-
-def _gpu_pod(name: str, gpus: int, node: str | None = None, **spec_extra) -> dict:
-    res = {"requests": {"nvidia.com/gpu": str(gpus)}, "limits": {"nvidia.com/gpu": str(gpus)}}
-    spec = {"containers": [{"name": "main", "image": "x", "resources": res}], **spec_extra}
-    if node:
-        spec["nodeName"] = node
-    return {"metadata": {"name": name}, "spec": spec}
 
 
 def _quota(v1: client.CoreV1Api, ns: str, name: str = "gpu-quota") -> dict:
@@ -52,8 +46,8 @@ def test_status_hard_used(sim: SimCluster, v1: client.CoreV1Api) -> None:
     st = _quota(v1, "qa")
     assert st.hard["requests.nvidia.com/gpu"] == "10"
     assert st.used == {"requests.nvidia.com/gpu": "0", "count/pods": "0", "pods": "0"}
-    v1.create_namespaced_pod("qa", _gpu_pod("run", 2, node="v100-02"))
-    v1.create_namespaced_pod("qa", _gpu_pod("pend", 3))  # Pending pods count
+    v1.create_namespaced_pod("qa", gpu_pod("run", 2, node="v100-02"))
+    v1.create_namespaced_pod("qa", gpu_pod("pend", 3))  # Pending pods count
     # init-container max rule: max(5, 1+1) = 5
     init = {
         "metadata": {"name": "init"},
@@ -84,9 +78,9 @@ def test_status_hard_used(sim: SimCluster, v1: client.CoreV1Api) -> None:
 
 def test_over_quota_forbidden(v1: client.CoreV1Api) -> None:
     # genomics: hard requests.nvidia.com/gpu=8, used 2 (variant-call)
-    v1.create_namespaced_pod("genomics", _gpu_pod("a", 1, node="v100-02"))
+    v1.create_namespaced_pod("genomics", gpu_pod("a", 1, node="v100-02"))
     with pytest.raises(ApiException) as ei:
-        v1.create_namespaced_pod("genomics", _gpu_pod("big", 6))
+        v1.create_namespaced_pod("genomics", gpu_pod("big", 6))
     assert ei.value.status == 403
     body = json.loads(ei.value.body)
     assert body["reason"] == "Forbidden"
@@ -99,7 +93,7 @@ def test_over_quota_forbidden(v1: client.CoreV1Api) -> None:
 
 def test_limits_key_never_blocks(v1: client.CoreV1Api) -> None:
     # nlp-research has limits.nvidia.com/gpu=8 with far more in use: must not block
-    v1.create_namespaced_pod("nlp-research", _gpu_pod("small", 1))
+    v1.create_namespaced_pod("nlp-research", gpu_pod("small", 1))
     assert _quota(v1, "nlp-research").used["requests.nvidia.com/gpu"] == "30"
 
 
@@ -107,10 +101,10 @@ def test_priority_class_scope(v1: client.CoreV1Api) -> None:
     # gpu-high-priority (16) is full; a high-priority pod is refused by it
     with pytest.raises(ApiException) as ei:
         v1.create_namespaced_pod(
-            "nlp-research", _gpu_pod("hp", 1, priorityClassName="high-priority")
+            "nlp-research", gpu_pod("hp", 1, priorityClassName="high-priority")
         )
     assert "exceeded quota: gpu-high-priority" in json.loads(ei.value.body)["message"]
-    v1.create_namespaced_pod("nlp-research", _gpu_pod("lp", 1, priorityClassName="low-priority"))
+    v1.create_namespaced_pod("nlp-research", gpu_pod("lp", 1, priorityClassName="low-priority"))
     assert _quota(v1, "nlp-research", "gpu-high-priority").used["requests.nvidia.com/gpu"] == "16"
 
 
@@ -120,7 +114,7 @@ def test_cpu_quota_requires_requests(sim: SimCluster, v1: client.CoreV1Api) -> N
     )
     assert sim.wait_for_controllers()  # enforced once status.hard is synced
     with pytest.raises(ApiException) as ei:
-        v1.create_namespaced_pod("robotics", _gpu_pod("nocpu", 1))
+        v1.create_namespaced_pod("robotics", gpu_pod("nocpu", 1))
     msg = json.loads(ei.value.body)["message"]
     assert (
         msg == 'pods "nocpu" is forbidden: failed quota: cpu: must specify requests.cpu for: main'

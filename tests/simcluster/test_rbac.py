@@ -31,6 +31,8 @@ from simcluster.patch import APPLY
 from simcluster.rbac import Rule
 from simcluster.requestinfo import RequestInfo, parse
 
+from .helpers import make_api
+
 RBAC = "rbac.authorization.k8s.io/v1"
 REPO = Path(__file__).resolve().parents[2]
 BOT = "system:serviceaccount:ml-vision:bot"
@@ -115,19 +117,11 @@ def test_rule_matching_helpers() -> None:
 
 
 # -------------------------------------------------------------------- over HTTP
-def _api(sim: SimCluster, token: str) -> client.ApiClient:
-    cfg = client.Configuration()
-    cfg.host = sim.url
-    cfg.retries = 0
-    cfg.api_key = {"authorization": f"Bearer {token}"}
-    return client.ApiClient(cfg)
-
-
 @pytest.fixture
 def bot(sim: SimCluster) -> client.ApiClient:
     """An API client authenticated as ServiceAccount ml-vision/bot (no grants yet)."""
     sim.create("serviceaccounts", {"metadata": {"name": "bot"}}, namespace="ml-vision")
-    api = _api(sim, sim.issue_token("ml-vision", "bot"))
+    api = make_api(sim, token=sim.issue_token("ml-vision", "bot"))
     yield api
     api.close()
 
@@ -230,7 +224,7 @@ def test_cluster_role_binding_grants_everywhere(sim: SimCluster, bot: client.Api
     with pytest.raises(ApiException) as ei:  # list, not watch
         v1.list_namespaced_pod("genomics", watch=True, timeout_seconds=1)
     assert 'cannot watch resource "pods"' in _status(ei.value)["message"]
-    client.RbacAuthorizationV1Api(_api(sim, sim.token)).delete_cluster_role_binding("bot-pods")
+    client.RbacAuthorizationV1Api(make_api(sim)).delete_cluster_role_binding("bot-pods")
     with pytest.raises(ApiException) as ei:
         v1.list_namespaced_pod("genomics")
     assert ei.value.status == 403
@@ -316,7 +310,7 @@ def test_subresource_rules(sim: SimCluster, bot: client.ApiClient) -> None:
 
 
 def test_rbac_changes_take_effect_at_once(sim: SimCluster, bot: client.ApiClient) -> None:
-    rbac = client.RbacAuthorizationV1Api(_api(sim, sim.token))
+    rbac = client.RbacAuthorizationV1Api(make_api(sim))
     _role(sim, "Role", "r", [_rule("configmaps", "list")], ns="genomics")
     _bind(sim, "b", "Role", "r", [SA], ns="genomics")
     v1 = client.CoreV1Api(bot)
@@ -386,7 +380,7 @@ def test_project_manifests_let_the_portal_do_its_job(sim: SimCluster) -> None:
     stored = sim.apply_file(REPO / "deploy" / "kubernetes" / "rbac.yaml")
     assert {o["kind"] for o in stored} >= {"ServiceAccount", "ClusterRole", "RoleBinding"}
     assert sim.apply_file(REPO / "deploy" / "kubernetes" / "rbac.yaml")  # again: updates
-    portal = _api(sim, sim.issue_token("gpu-quota-portal", "gpu-quota-portal"))
+    portal = make_api(sim, token=sim.issue_token("gpu-quota-portal", "gpu-quota-portal"))
     v1 = client.CoreV1Api(portal)
     assert v1.list_node(limit=2).items
     v1.patch_node("v100-00", {"metadata": {"labels": {"portal": "yes"}}})
@@ -464,7 +458,7 @@ def test_self_subject_access_review(sim: SimCluster, bot: client.ApiClient) -> N
     )
     assert review(verb="get", path="/healthz").allowed is True
     assert review(verb="get", path="/metrics").allowed is False
-    admin = client.AuthorizationV1Api(_api(sim, sim.token))
+    admin = client.AuthorizationV1Api(make_api(sim))
     masters = admin.create_self_subject_access_review(
         {"spec": {"resourceAttributes": {"verb": "delete", "resource": "nodes"}}}
     ).status

@@ -13,10 +13,6 @@ ValidatePatchOptions, and the Server-Side Apply documentation (merge strategy pe
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +20,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from simcluster import SimCluster
+
+from .helpers import Kubectl
 
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"
@@ -271,31 +269,17 @@ def test_update_managers_are_capped(v1: client.CoreV1Api) -> None:
     assert len(managers) == 10 and "ancient-changes" in managers
 
 
-@pytest.mark.skipif(
-    shutil.which("kubectl") is None,
-    reason="kubectl not installed (Debian package kubernetes-client)",
-)
-def test_kubectl_apply_server_side_conflict(sim: SimCluster, tmp_path: Path) -> None:
-    kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
-    env = {"HOME": str(tmp_path), "PATH": os.environ.get("PATH", "")}
-
-    def kubectl(*args: str, stdin: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            ["kubectl", "--kubeconfig", str(kubeconfig), *args, "-f", "-"],
-            input=stdin, capture_output=True, text=True, env=env, timeout=60,
-        )  # fmt: skip
-
+def test_kubectl_apply_server_side_conflict(sim: SimCluster, kubectl: Kubectl) -> None:
     doc = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ssa\n  namespace: default\n"
-    r = kubectl("apply", "--server-side", stdin=doc + "data:\n  key: one\n")
-    assert r.returncode == 0, r.stderr
+    kubectl("apply", "--server-side", "-f", "-", stdin=doc + "data:\n  key: one\n")
     r = kubectl(
-        "apply", "--server-side", "--field-manager=other", stdin=doc + "data:\n  key: two\n"
-    )
+        "apply", "--server-side", "--field-manager=other", "-f", "-",
+        stdin=doc + "data:\n  key: two\n", ok=False,
+    )  # fmt: skip
     assert r.returncode != 0
     assert 'Apply failed with 1 conflict: conflict with "kubectl": .data.key' in r.stderr
-    r = kubectl(
-        "apply", "--server-side", "--field-manager=other", "--force-conflicts",
+    kubectl(
+        "apply", "--server-side", "--field-manager=other", "--force-conflicts", "-f", "-",
         stdin=doc + "data:\n  key: two\n",
     )  # fmt: skip
-    assert r.returncode == 0, r.stderr
     assert sim.get("configmaps", "ssa", "default")["data"] == {"key": "two"}

@@ -12,9 +12,6 @@ pkg/cmd/apply/patcher.go`` (3-way patch from the OpenAPI v3 patch metadata).
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +22,8 @@ from kubernetes.client.rest import ApiException
 from simcluster import SimCluster, schema
 from simcluster.patch import strategic_merge_patch
 from simcluster.smp import PatchError
+
+from .helpers import Kubectl
 
 POD = "io.k8s.api.core.v1.Pod"
 NODE = "io.k8s.api.core.v1.Node"
@@ -156,68 +155,27 @@ def test_official_client_strategic_patch(v1: client.CoreV1Api) -> None:
 
 
 # --------------------------------------------------------------------- kubectl
-kubectl_only = pytest.mark.skipif(
-    shutil.which("kubectl") is None,
-    reason="kubectl not installed (Debian package kubernetes-client)",
-)
-
-
-def _kubectl(sim: SimCluster, tmp_path: Path, *args: str, stdin: str | None = None) -> str:
-    kc = tmp_path / "kubeconfig"
-    if not kc.exists():
-        sim.write_kubeconfig(kc)
-    r = subprocess.run(
-        ["kubectl", "--kubeconfig", str(kc), *args],
-        capture_output=True,
-        text=True,
-        input=stdin,
-        env={"HOME": str(tmp_path), "PATH": os.environ.get("PATH", "")},
-        timeout=60,
-    )
-    assert r.returncode == 0, f"kubectl {' '.join(args)}: {r.stderr}"
+def _quiet(kubectl: Kubectl, *args: str) -> str:
+    """kubectl's stdout, asserting it warned about nothing (it understood the patch tags)."""
+    r = kubectl(*args)
     assert "warning" not in r.stderr.lower(), r.stderr
     return r.stdout
 
 
-@kubectl_only
-def test_kubectl_patch_node_taints_and_finalizers(sim: SimCluster, tmp_path: Path) -> None:
-    k = _kubectl
-    k(
-        sim,
-        tmp_path,
-        "patch",
-        "node",
-        "cpu-00",
-        "--type",
-        "strategic",
-        "-p",
-        '{"spec":{"taints":[{"key":"a","effect":"NoSchedule"}]},"metadata":{"finalizers":["x/one"]}}',
+def test_kubectl_patch_node_taints_and_finalizers(sim: SimCluster, kubectl: Kubectl) -> None:
+    def patch(body: str) -> str:
+        return _quiet(kubectl, "patch", "node", "cpu-00", "--type", "strategic", "-p", body)
+
+    patch(
+        '{"spec":{"taints":[{"key":"a","effect":"NoSchedule"}]},"metadata":{"finalizers":["x/one"]}}'
     )
-    k(
-        sim,
-        tmp_path,
-        "patch",
-        "node",
-        "cpu-00",
-        "--type",
-        "strategic",
-        "-p",
-        '{"spec":{"taints":[{"key":"b","effect":"NoExecute"}]},"metadata":{"finalizers":["x/two"]}}',
+    patch(
+        '{"spec":{"taints":[{"key":"b","effect":"NoExecute"}]},"metadata":{"finalizers":["x/two"]}}'
     )
     node = sim.get("nodes", "cpu-00")
     assert node["spec"]["taints"] == [{"key": "b", "effect": "NoExecute"}]
     assert node["metadata"]["finalizers"] == ["x/two", "x/one"]
-    k(
-        sim,
-        tmp_path,
-        "patch",
-        "node",
-        "cpu-00",
-        "--type",
-        "strategic",
-        "-p",
-        '{"metadata":{"$deleteFromPrimitiveList/finalizers":["x/one"]}}',
-    )
+    patch('{"metadata":{"$deleteFromPrimitiveList/finalizers":["x/one"]}}')
     assert sim.get("nodes", "cpu-00")["metadata"]["finalizers"] == ["x/two"]
 
 
@@ -243,25 +201,23 @@ metadata:
 """
 
 
-@kubectl_only
-def test_kubectl_apply_configmap_update(sim: SimCluster, tmp_path: Path) -> None:
+def test_kubectl_apply_configmap_update(sim: SimCluster, kubectl: Kubectl, tmp_path: Path) -> None:
     f = tmp_path / "cm.yaml"
     f.write_text(_CM.format(data='  a: "1"\n  b: "2"'))
-    assert "created" in _kubectl(sim, tmp_path, "apply", "-f", str(f))
+    assert "created" in _quiet(kubectl, "apply", "-f", str(f))
     f.write_text(_CM.format(data='  a: "10"\n  c: "3"'))
-    assert "configured" in _kubectl(sim, tmp_path, "apply", "-f", str(f))
+    assert "configured" in _quiet(kubectl, "apply", "-f", str(f))
     cm = sim.get("configmaps", "settings", "robotics")
     assert cm["data"] == {"a": "10", "c": "3"}  # b was in the last-applied config: removed
     assert "kubectl.kubernetes.io/last-applied-configuration" in cm["metadata"]["annotations"]
 
 
-@kubectl_only
-def test_kubectl_apply_pod_label(sim: SimCluster, tmp_path: Path) -> None:
+def test_kubectl_apply_pod_label(sim: SimCluster, kubectl: Kubectl, tmp_path: Path) -> None:
     f = tmp_path / "pod.yaml"
     f.write_text(_POD_YAML.format(extra=""))
-    _kubectl(sim, tmp_path, "apply", "-f", str(f))
-    _kubectl(sim, tmp_path, "label", "pod", "web", "-n", "robotics", "owner=ops")
+    _quiet(kubectl, "apply", "-f", str(f))
+    _quiet(kubectl, "label", "pod", "web", "-n", "robotics", "owner=ops")
     f.write_text(_POD_YAML.format(extra="").replace("app: web", "app: web2\n    tier: front"))
-    assert "configured" in _kubectl(sim, tmp_path, "apply", "-f", str(f))
+    assert "configured" in _quiet(kubectl, "apply", "-f", str(f))
     labels = sim.get("pods", "web", "robotics")["metadata"]["labels"]
     assert labels == {"app": "web2", "tier": "front", "owner": "ops"}

@@ -12,9 +12,6 @@ resources are extended, integer, overcommitable) and ``pkg/registry/core/pod/str
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +20,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from simcluster import SimCluster
+
+from .helpers import Kubectl, causes
 
 UPDATABLE = (
     "pod updates may not change fields other than `spec.containers[*].image`,"
@@ -51,10 +50,6 @@ def refused(v1: client.CoreV1Api, body: dict[str, Any], ns: str = "robotics") ->
     out = json.loads(ei.value.body)
     assert out["reason"] == "Invalid" and out["details"]["kind"] == "Pod"
     return out
-
-
-def causes(body: dict[str, Any]) -> list[tuple[str, str]]:
-    return [(c.get("field", ""), c["message"]) for c in body["details"]["causes"]]
 
 
 def test_extended_resources(v1: client.CoreV1Api) -> None:
@@ -261,27 +256,14 @@ def test_warning_for_pod_name_with_dots(sim: SimCluster, v1: client.CoreV1Api) -
     )
 
 
-@pytest.mark.skipif(
-    shutil.which("kubectl") is None,
-    reason="kubectl not installed (Debian package kubernetes-client)",
-)
-def test_kubectl_prints_the_real_message(sim: SimCluster, tmp_path: Path) -> None:
-    kubeconfig = tmp_path / "kubeconfig"
-    sim.write_kubeconfig(kubeconfig)
+def test_kubectl_prints_the_real_message(kubectl: Kubectl, tmp_path: Path) -> None:
     manifest = tmp_path / "pod.yaml"
     manifest.write_text(
         "apiVersion: v1\nkind: Pod\nmetadata: {name: gpu, namespace: robotics}\n"
         "spec:\n  containers:\n  - name: main\n    image: x\n    resources:\n"
         "      requests: {nvidia.com/gpu: 2}\n      limits: {nvidia.com/gpu: 1}\n"
     )
-    run = subprocess.run(
-        ["kubectl", "--kubeconfig", str(kubeconfig), "create", "-f", str(manifest)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "HOME": str(tmp_path)},
-        timeout=60,
-        check=False,
-    )
+    run = kubectl("create", "-f", str(manifest), ok=False)
     assert run.returncode == 1
     assert run.stderr.strip() == (
         'The Pod "gpu" is invalid: spec.containers[0].resources.requests: Invalid value: "2": '

@@ -15,9 +15,6 @@ IsResourceQuotaScopeValidForResource, IsIntegerResourceName),
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +22,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from simcluster import SimCluster
+from .helpers import Kubectl, causes, quota
 
 
 def fail(call: Any, *args: Any) -> dict[str, Any]:
@@ -35,14 +32,6 @@ def fail(call: Any, *args: Any) -> dict[str, Any]:
     return json.loads(ei.value.body)
 
 
-def causes(body: dict[str, Any]) -> list[tuple[str, str]]:
-    return [(c.get("field", ""), c["message"]) for c in body["details"]["causes"]]
-
-
-def quota(hard: dict[str, str], **spec: Any) -> dict[str, Any]:
-    return {"metadata": {"name": "q"}, "spec": {"hard": hard, **spec}}
-
-
 def test_quota_resource_names_and_values(v1: client.CoreV1Api) -> None:
     hard = {
         "requests.nvidia.com/gpu": "1.5",  # not an integer resource: accepted
@@ -50,7 +39,7 @@ def test_quota_resource_names_and_values(v1: client.CoreV1Api) -> None:
         "pods": "-1",
         "gpu": "1",
     }
-    body = fail(v1.create_namespaced_resource_quota, "robotics", quota(hard))
+    body = fail(v1.create_namespaced_resource_quota, "robotics", quota("q", hard))
     got = causes(body)
     assert got[0][0] == "spec.hard[count/pods]" and got[0][1].endswith(": must be an integer")
     assert got[0][1].startswith(
@@ -65,7 +54,7 @@ def test_quota_resource_names_and_values(v1: client.CoreV1Api) -> None:
         ("spec.hard[gpu]", 'Invalid value: "gpu": must be a standard resource for quota'),
     ]
     portal = {"requests.nvidia.com/gpu": "8", "requests.nvidia.com/mig-1g.10gb": "14"}
-    made = v1.create_namespaced_resource_quota("robotics", quota(portal))
+    made = v1.create_namespaced_resource_quota("robotics", quota("q", portal))
     assert made.spec.hard == portal
 
 
@@ -73,7 +62,9 @@ def test_quota_scopes(v1: client.CoreV1Api) -> None:
     body = fail(
         v1.create_namespaced_resource_quota,
         "robotics",
-        quota({"requests.cpu": "1", "pods": "2"}, scopes=["BestEffort", "NotBestEffort", "Gold"]),
+        quota(
+            "q", {"requests.cpu": "1", "pods": "2"}, scopes=["BestEffort", "NotBestEffort", "Gold"]
+        ),
     )
     scopes = '[]core.ResourceQuotaScope{"BestEffort", "NotBestEffort", "Gold"}'
     assert causes(body) == [
@@ -82,7 +73,7 @@ def test_quota_scopes(v1: client.CoreV1Api) -> None:
         ("spec.scopes", f"Invalid value: {scopes}: conflicting scopes"),
     ]
     # Only standard quota names are checked against scopes: extended ones are not.
-    ok = quota({"requests.nvidia.com/gpu": "4"}, scopes=["BestEffort"])
+    ok = quota("q", {"requests.nvidia.com/gpu": "4"}, scopes=["BestEffort"])
     assert v1.create_namespaced_resource_quota("robotics", ok).spec.scopes == ["BestEffort"]
     with pytest.raises(ApiException) as ei:
         v1.patch_namespaced_resource_quota(
@@ -105,7 +96,7 @@ def test_quota_scope_selector(v1: client.CoreV1Api) -> None:
     body = fail(
         v1.create_namespaced_resource_quota,
         "robotics",
-        quota({"requests.nvidia.com/gpu": "4"}, scopeSelector={"matchExpressions": exprs}),
+        quota("q", {"requests.nvidia.com/gpu": "4"}, scopeSelector={"matchExpressions": exprs}),
     )
     mp = "spec.scopeSelector.matchExpressions"
     assert causes(body) == [
@@ -299,26 +290,13 @@ def test_service_event_limitrange(v1: client.CoreV1Api) -> None:
     assert message.endswith("min value 2 is greater than max value 1")
 
 
-@pytest.mark.skipif(
-    shutil.which("kubectl") is None,
-    reason="kubectl not installed (Debian package kubernetes-client)",
-)
-def test_kubectl_apply_shows_all_quota_errors(sim: SimCluster, tmp_path: Path) -> None:
-    kubeconfig = tmp_path / "kubeconfig"
-    sim.write_kubeconfig(kubeconfig)
+def test_kubectl_apply_shows_all_quota_errors(kubectl: Kubectl, tmp_path: Path) -> None:
     manifest = tmp_path / "quota.yaml"
     manifest.write_text(
         "apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: gpu, namespace: robotics}\n"
         "spec:\n  hard: {requests.nvidia.com/gpu: '4', pods: '-1', gpu: '1'}\n"
     )
-    run = subprocess.run(
-        ["kubectl", "--kubeconfig", str(kubeconfig), "apply", "-f", str(manifest)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "HOME": str(tmp_path)},
-        timeout=60,
-        check=False,
-    )
+    run = kubectl("apply", "-f", str(manifest), ok=False)
     assert run.returncode == 1
     # kubectl lists several causes one per line (cmdutil.MultilineError).
     assert run.stderr.strip().splitlines() == [

@@ -14,7 +14,7 @@ from kubernetes.client.rest import ApiException
 
 from simcluster import SimCluster
 
-from .conftest import make_api
+from .helpers import make_api, wait_until
 
 
 def test_watch_events(sim: SimCluster, v1: client.CoreV1Api) -> None:
@@ -168,11 +168,8 @@ def test_mig_stuck_fault(sim: SimCluster, v1: client.CoreV1Api) -> None:
 
 
 def _wait_state(v1: client.CoreV1Api, node: str, want: set[str]) -> str:
-    deadline = time.monotonic() + 5
-    state = ""
-    while time.monotonic() < deadline:
-        state = v1.read_node(node).metadata.labels.get("nvidia.com/mig.config.state", "")
-        if state in want:
-            return state
-        time.sleep(0.05)
-    return state
+    def state() -> str | None:
+        got = v1.read_node(node).metadata.labels.get("nvidia.com/mig.config.state", "")
+        return got if got in want else None
+
+    return wait_until(state, timeout=5)

@@ -14,15 +14,11 @@ ValidateListOptions for watch) and ``staging/src/k8s.io/apiserver/pkg/storage/ut
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,7 +26,7 @@ from kubernetes import client
 
 from simcluster import SimCluster
 
-from .conftest import DEMO
+from .helpers import DEMO, Kubectl, make_api
 
 
 def watch(sim: SimCluster, path: str, timeout: float = 3, **query: Any) -> list[dict[str, Any]]:
@@ -223,9 +219,7 @@ def test_too_old_and_too_new(sim: SimCluster, v1: client.CoreV1Api) -> None:
 def test_each_type_has_its_own_history() -> None:
     """A burst of writes to one type does not push another type's events out."""
     with SimCluster.from_fleet(DEMO, history_size=20, bookmark_interval_s=0.2) as sim:
-        cfg = client.Configuration()
-        cfg.host, cfg.api_key = sim.url, {"authorization": f"Bearer {sim.token}"}
-        v1 = client.CoreV1Api(client.ApiClient(cfg))
+        v1 = client.CoreV1Api(make_api(sim))
         rv = v1.list_node(limit=1).metadata.resource_version
         v1.patch_node("cpu-00", {"metadata": {"labels": {"a": "b"}}})
         for i in range(60):
@@ -244,18 +238,11 @@ def test_each_type_has_its_own_history() -> None:
         assert ei.value.status == 410
 
 
-@pytest.mark.skipif(
-    shutil.which("kubectl") is None,
-    reason="kubectl not installed (Debian package kubernetes-client)",
-)
-def test_kubectl_watch_with_selector(sim: SimCluster, v1: client.CoreV1Api, tmp_path: Path) -> None:
+def test_kubectl_watch_with_selector(v1: client.CoreV1Api, kubectl: Kubectl) -> None:
     """``kubectl get -w -l`` sees a node arrive in and leave the selection."""
-    kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
-    env = {"HOME": str(tmp_path), "PATH": os.environ.get("PATH", "")}
-    proc = subprocess.Popen(
-        ["kubectl", "--kubeconfig", str(kubeconfig), "get", "nodes", "-l", "pool=batch",
-         "--watch-only", "--output-watch-events", "-o", "json", "--request-timeout=6s"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    proc = kubectl.popen(
+        "get", "nodes", "-l", "pool=batch", "--watch-only", "--output-watch-events",
+        "-o", "json", "--request-timeout=6s",
     )  # fmt: skip
     try:
         time.sleep(1.5)
