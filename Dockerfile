@@ -2,8 +2,10 @@
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 DJANGO_SETTINGS_MODULE=portal.settings_production
 WORKDIR /app
-COPY requirements.txt .
-RUN pip install --no-cache-dir -r requirements.txt
+# REQUIREMENTS=requirements-dev.txt adds what the simulated cluster needs (docker-compose's sim).
+ARG REQUIREMENTS=requirements.txt
+COPY requirements.txt requirements-dev.txt ./
+RUN pip install --no-cache-dir -r ${REQUIREMENTS}
 COPY . .
 # collectstatic needs a key and hosts only to import settings; real ones come at run time.
 RUN SECRET_KEY=build-only-$(head -c 48 /dev/urandom | base64 | tr -dc a-zA-Z0-9) \

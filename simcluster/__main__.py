@@ -28,6 +28,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0, help="0 picks a free port")
     ap.add_argument("--kubeconfig", help="write a kubeconfig for this server here")
+    ap.add_argument(
+        "--advertise",
+        metavar="HOST",
+        help="the host name clients reach this server by, when not --host (a compose "
+        "service name): used in the kubeconfigs and the TLS certificate",
+    )
     ap.add_argument("--token", help="the admin's bearer token (random when not given)")
     ap.add_argument(
         "--apply",
@@ -77,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         namespace_sync_s=args.namespace_sync,
     )
     load_s = time.monotonic() - t0
+    sim.advertise_host = args.advertise or ""
     url = sim.start(args.host, args.port)
     try:
         _install(sim, args.apply, args.serviceaccount_kubeconfig)

@@ -28,7 +28,7 @@ from simcluster.controllers import ControllerOps
 from simcluster.crud import CrudOps
 from simcluster.errors import not_found
 from simcluster.faults import Faults
-from simcluster.fleet import Fleet, load_fleet, namespace_object, now_iso
+from simcluster.fleet import Fleet, load_fleet, namespace_object, now_iso, paused_gc
 from simcluster.kubeconfig import write_kubeconfig
 from simcluster.lists import ListOps
 from simcluster.manifests import apply_file
@@ -66,6 +66,7 @@ class SimCluster(CrudOps, ListOps, PodOps, QuotaOps, ControllerOps):
         pod_stop_s: float = 1.0,
         lease_renew_s: float = 10.0,
         podgc_quarantine_s: float = 40.0,
+        serviceaccount_sync_s: float = 0.05,
     ) -> None:
         self.store = Store(history_size)
         self.faults = Faults()
@@ -80,6 +81,9 @@ class SimCluster(CrudOps, ListOps, PodOps, QuotaOps, ControllerOps):
         self._server: Any = None
         self._thread: threading.Thread | None = None
         self.url = ""
+        # The host name clients use when it is not the bound one (a compose service name):
+        # written into kubeconfigs and the serving certificate.
+        self.advertise_host = ""
         self.ca_pem = ""  # the serving certificate (PEM), set by start() (tls.py)
         from simcluster.migmanager import MigManager
 
@@ -93,6 +97,7 @@ class SimCluster(CrudOps, ListOps, PodOps, QuotaOps, ControllerOps):
             pod_stop_s=pod_stop_s,
             lease_renew_s=lease_renew_s,
             podgc_quarantine_s=podgc_quarantine_s,
+            serviceaccount_sync_s=serviceaccount_sync_s,
         )
         self._load(fleet or Fleet())
         with self.store.lock:
@@ -152,6 +157,8 @@ class SimCluster(CrudOps, ListOps, PodOps, QuotaOps, ControllerOps):
         if not self.url:
             raise RuntimeError("start() the server before writing a kubeconfig")
         server = "https://" + self.url.removeprefix("http://")
+        if self.advertise_host:
+            server = f"https://{self.advertise_host}:{self.url.rsplit(':', 1)[1]}"
         return write_kubeconfig(path, server, token or self.token, user, self.ca_pem)
 
     def issue_token(
@@ -182,7 +189,7 @@ class SimCluster(CrudOps, ListOps, PodOps, QuotaOps, ControllerOps):
     # ----------------------------------------------------------------- load
     def _load(self, fleet: Fleet) -> None:
         s = self.store
-        with s.lock:
+        with s.lock, paused_gc():  # fleet.py: every stored object survives
             ts = now_iso()
             names = {n["metadata"]["name"] for n in fleet.namespaces}
             for ns in SYSTEM_NAMESPACES:

@@ -5,9 +5,11 @@
 the controllers that watch that type, as their informers would: the quota controller
 (:mod:`simcluster.quotactl`), the disruption controller (:mod:`simcluster.disruption`), the
 namespace controller (:mod:`simcluster.namespaces`), the garbage collector
-(:mod:`simcluster.gc`), the kubelets (:mod:`simcluster.kubelet`) and their node leases
-(:mod:`simcluster.leases`). Handlers only queue work; the work runs later on the queue's
-thread, so API writes never wait for a controller, as on a real cluster.
+(:mod:`simcluster.gc`), the kubelets (:mod:`simcluster.kubelet`), their node leases
+(:mod:`simcluster.leases`) and the ServiceAccount controller
+(:mod:`simcluster.serviceaccounts`). Handlers only queue work; the work runs later on the
+queue's thread, so API writes never wait for a controller, as on a real cluster. (The
+kubelet starts a newly bound pod in the create request itself: kubelet.py.)
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ import time
 from typing import Any
 
 from simcluster.disruption import DisruptionController
+from simcluster.fleet import now_iso
 from simcluster.gc import GarbageCollector
 from simcluster.kubelet import Kubelets
 from simcluster.leases import NodeLeases
 from simcluster.namespaces import NamespaceController
 from simcluster.resources import ResourceType
+from simcluster.serviceaccounts import ServiceAccountsController
 from simcluster.workqueue import WorkQueue
 
 
@@ -37,6 +41,7 @@ class ControllerOps:
         pod_stop_s: float = 1.0,
         lease_renew_s: float = 10.0,
         podgc_quarantine_s: float = 40.0,
+        serviceaccount_sync_s: float = 0.05,
     ) -> None:
         """Create the controllers (before the fleet loads; nothing runs until started)."""
         self.controllers = WorkQueue()
@@ -47,10 +52,12 @@ class ControllerOps:
         self.gc = GarbageCollector(self, min(0.05, quota_sync_s) if quota_sync_s > 0 else 0.0)
         self.kubelets = Kubelets(self, pod_stop_s, podgc_quarantine_s)
         self.node_leases = NodeLeases(self, lease_renew_s)
+        self.serviceaccounts = ServiceAccountsController(self, serviceaccount_sync_s)
 
     def _load_controllers(self, nodes: list[dict[str, Any]]) -> None:
         """After the fleet is stored: node readiness, node leases, periodic work."""
         self.kubelets.load(nodes)
+        self.serviceaccounts.load(now_iso())  # every namespace has its default already
         self.node_leases.load(nodes)
         self.node_leases.start()
         if self.quota_resync_s > 0:
@@ -78,6 +85,9 @@ class ControllerOps:
             self.disruption.on_pdb_write(new)
         elif name == "namespaces":
             self.namespace_controller.on_write(old, new)
+            self.serviceaccounts.on_namespace_write(old, new)
+        elif name == "serviceaccounts":
+            self.serviceaccounts.on_write(ns, old, new)
         elif name == "nodes":
             self.kubelets.on_node_write(old, new)
             self.node_leases.on_node_write(old, new)

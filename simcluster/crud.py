@@ -7,7 +7,14 @@ import json
 import uuid
 from typing import Any
 
-from simcluster import deletion, disruption, fieldvalidation, namespaces, validation
+from simcluster import (
+    deletion,
+    disruption,
+    fieldvalidation,
+    namespaces,
+    serviceaccounts,
+    validation,
+)
 from simcluster.errors import ApiError, already_exists, conflict, not_found
 from simcluster.fleet import now_iso
 from simcluster.patch import APPLY, JSONPATCH, MERGE, STRATEGIC, apply_patch
@@ -22,11 +29,15 @@ def _dumps(obj: Any) -> bytes:
 
 
 def _strip_volatile(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object as storage compares it (etcd3 ``GuaranteedUpdate`` skips equal bytes).
+
+    ``managedFields`` times count: an apply that structured-merge-diff sees as a change
+    moves the applier's time (``managedfields_updater.go``) and is written even when the
+    decoded object ends up equal (``1000m`` re-applied over a stored ``1``), in a new second.
+    """
     o = copy.deepcopy(obj)
     meta = o.get("metadata") or {}
     meta.pop("resourceVersion", None)
-    for m in meta.get("managedFields") or []:
-        m.pop("time", None)
     return o
 
 
@@ -70,6 +81,7 @@ class CrudOps:
             meta.pop("namespace", None)
         with self.store.lock:
             self._require_ns(rt, ns)
+            asked = meta.get("name") or meta.get("generateName") or "Unknown"  # admission's
             if not meta.get("name") and meta.get("generateName"):
                 meta["name"] = validation.generate_name(str(meta["generateName"]))
             name = meta.get("name") or ""  # missing: validation answers 422 (name required)
@@ -82,6 +94,10 @@ class CrudOps:
             meta["creationTimestamp"] = now_iso()
             validation.normalize(rt, body)
             self._prepare_create(rt, body)
+            owned = None  # the field manager records the object before mutating admission
+            if rt.name == "pods":  # mutating admission, before validation (serviceaccounts.py)
+                owned = copy.deepcopy(body)
+                serviceaccounts.admit_pod(self, ns, body, str(asked))
             validation.validate_create(rt, body)
             if create_on_apply:  # the PATCH was authorized; creating needs `create` (rbac.py)
                 self.authz.check_create_on_apply(rt.group, rt.name, ns, name)
@@ -90,12 +106,19 @@ class CrudOps:
                 raise already_exists(rt.name, name)  # storage: after validation and admission
             if managed_fields is not None:
                 meta["managedFields"] = managed_fields
+            elif owned is not None:
+                record_update(None, owned, manager)
+                meta.pop("managedFields", None)
+                if owned["metadata"].get("managedFields"):
+                    meta["managedFields"] = owned["metadata"]["managedFields"]
             else:
                 record_update(None, body, manager)
             if params.get("dryRun"):
                 return 201, _dumps(body)
             rec = self.store.put(rt.name, body, "ADDED")
             self._after_write(rt, ns, None, body)
+            if rt.name == "pods":  # its node's kubelet starts it (kubelet.py)
+                self.kubelets.admit(ns, body)
             return 201, rec.raw
 
     def _check_kind(self, rt: ResourceType, body: dict[str, Any]) -> None:
@@ -111,7 +134,7 @@ class CrudOps:
     def _prepare_create(self, rt: ResourceType, obj: dict[str, Any]) -> None:
         if rt.name == "pods":
             prepare_pod(obj)
-            obj["status"] = initial_status(obj, now_iso())
+            obj["status"] = initial_status(obj)
         elif rt.name == "namespaces":
             obj["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = obj[
                 "metadata"
@@ -149,16 +172,25 @@ class CrudOps:
         if not isinstance(body, dict):
             raise ApiError(400, "the body of the request must be a JSON object", "BadRequest")
         self._check_kind(rt, body)
+        meta = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
+        # update.go, before the object is read: EnsureObjectNamespaceMatchesRequestNamespace,
+        # then checkName (rest.go) -- an object without a name does not match either
+        if rt.namespaced and meta.get("namespace") and meta["namespace"] != ns:
+            raise ApiError(
+                400,
+                "the namespace of the provided object does not match the namespace sent on "
+                "the request",
+                "BadRequest",
+            )
+        if str(meta.get("name") or "") != name:
+            raise ApiError(
+                400,
+                f"the name of the object ({meta.get('name') or ''}) does not match the name on "
+                f"the URL ({name})",
+                "BadRequest",
+            )
         with self.store.lock:
             rec = self._existing(rt, ns, name)
-            meta = body.get("metadata") or {}
-            if meta.get("name") and meta["name"] != name:
-                raise ApiError(
-                    400,
-                    f"the name of the object ({meta['name']}) does not match the name on the "
-                    f"URL ({name})",
-                    "BadRequest",
-                )
             rv = meta.get("resourceVersion")
             if rv and str(rv) != str(rec.rv):
                 raise conflict(rt.name, name)

@@ -76,7 +76,8 @@ class SimHTTPServer(ThreadingHTTPServer):
 def make_server(cluster: SimCluster, host: str, port: int) -> SimHTTPServer:
     """The server; one port speaks both HTTP and TLS (kubectl sends tokens only over TLS)."""
     srv = SimHTTPServer((host, port), cluster)
-    srv.tls, cluster.ca_pem = server_context(host)
+    extra = [cluster.advertise_host] if cluster.advertise_host else []
+    srv.tls, cluster.ca_pem = server_context(host, extra)
     return srv
 
 
@@ -322,6 +323,13 @@ class Handler(BaseHTTPRequestHandler):
         if not rest:
             self._send(200, _dumps(api_resource_list(gv)))
             return
+        # /api/v1/watch/...: the deprecated watch routes, a watch whatever the query says
+        # (installer.go registers them with forceWatch; requestinfo.go's "watch" verb)
+        legacy_watch = rest[0] == "watch"
+        if legacy_watch:
+            rest = rest[1:]
+            if not rest:
+                raise ApiError(404, "the server could not find the requested resource", "NotFound")
         ns: str | None = None
         if len(rest) >= 3 and rest[0] == "namespaces":
             cand = BY_PATH.get((gv, rest[2]))
@@ -336,6 +344,13 @@ class Handler(BaseHTTPRequestHandler):
             raise ApiError(404, "the server could not find the requested resource", "NotFound")
         if rt.namespaced and name is not None and ns is None:
             raise ApiError(404, "the server could not find the requested resource", "NotFound")
+        if legacy_watch:
+            if sub or rt.name in REVIEWS:  # only the main resources of watchable types
+                raise ApiError(404, "the server could not find the requested resource", "NotFound")
+            if method != "GET":
+                raise _method_not_allowed()
+            self._watch(rt, ns, named_watch_params(params, name) if name else params)
+            return
         if name is None:
             self._collection(method, rt, ns, params, body, path)
         else:
@@ -404,7 +419,7 @@ class Handler(BaseHTTPRequestHandler):
             self._send(201, _dumps(out))
             return
         if method == "GET":
-            if params.get("watch", "").lower() in ("1", "true"):
+            if query_bool(params, "watch"):
                 self._watch(rt, ns, params)
                 return
             if self._wants_table():
@@ -505,6 +520,31 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError, OSError):
             self.close_connection = True
+
+
+def query_bool(params: dict[str, str], key: str) -> bool:
+    """A bool query parameter as the parameter codec converts it
+    (``Convert_Slice_string_To_bool``): absent, ``0`` or ``false`` (any case) is false,
+    anything else -- the empty string included -- is true."""
+    if key not in params:
+        return False
+    value = params[key]
+    return value != "0" and value.lower() != "false"
+
+
+def named_watch_params(params: dict[str, str], name: str) -> dict[str, str]:
+    """``ListResource`` for a watch of one object (``/watch/.../pods/{name}``): the name is
+    a ``metadata.name`` field selector; any other selector must select that same name."""
+    from simcluster.requestinfo import _exact_name  # RequiresExactMatch("metadata.name")
+
+    selector = params.get("fieldSelector") or ""
+    if selector.strip():
+        if _exact_name(selector) != name:
+            raise ApiError(
+                400, "fieldSelector metadata.name doesn't match requested name", "BadRequest"
+            )
+        return params
+    return {**params, "fieldSelector": f"metadata.name={name}"}
 
 
 def warning_header(message: str) -> str:

@@ -58,6 +58,12 @@ def _format_labels(labels: dict[str, str] | None) -> str:
 
 
 # ------------------------------------------------------------------ pods
+def _finished_at(c: dict[str, Any]) -> str:
+    """``lastState.terminated.finishedAt`` of a container status ('' when none)."""
+    term = (c.get("lastState") or {}).get("terminated") or {}
+    return str(term.get("finishedAt") or "")
+
+
 def _pod_cells(obj: dict[str, Any]) -> tuple[list[Any], list[dict[str, str]]]:
     meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
     containers = spec.get("containers") or []
@@ -73,12 +79,15 @@ def _pod_cells(obj: dict[str, Any]) -> tuple[list[Any], list[dict[str, str]]]:
             reason = "SchedulingGated"
     initializing = False
     sidecar_restarts = 0
+    last_restart = sidecar_last_restart = ""  # RFC 3339 UTC strings order as times do
     init_statuses = status.get("initContainerStatuses") or []
     for i, c in enumerate(init_statuses):
         restarts += int(c.get("restartCount") or 0)
+        last_restart = max(last_restart, _finished_at(c))
         sidecar = (init_specs.get(c.get("name")) or {}).get("restartPolicy") == "Always"
         if sidecar:
             sidecar_restarts += int(c.get("restartCount") or 0)
+            sidecar_last_restart = max(sidecar_last_restart, _finished_at(c))
         state = c.get("state") or {}
         term, wait = state.get("terminated"), state.get("waiting")
         if term is not None and term.get("exitCode", 0) == 0:
@@ -104,9 +113,11 @@ def _pod_cells(obj: dict[str, Any]) -> tuple[list[Any], list[dict[str, str]]]:
     )
     if not initializing or initialized:
         restarts = sidecar_restarts
+        last_restart = sidecar_last_restart
         has_running = False
         for c in reversed(status.get("containerStatuses") or []):
             restarts += int(c.get("restartCount") or 0)
+            last_restart = max(last_restart, _finished_at(c))
             state = c.get("state") or {}
             term, wait = state.get("terminated"), state.get("waiting")
             if wait is not None and wait.get("reason"):
@@ -137,11 +148,14 @@ def _pod_cells(obj: dict[str, Any]) -> tuple[list[Any], list[dict[str, str]]]:
         conds = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
         true = sum(1 for g in gates if conds.get(g.get("conditionType")) == "True")
         gates_cell = f"{true}/{len(gates)}"
+    restarts_cell = str(restarts)
+    if restarts and _parse_ts(last_restart) is not None:
+        restarts_cell = f"{restarts} ({_age(last_restart)} ago)"
     cells = [
         meta.get("name"),
         f"{ready}/{total}",
         reason,
-        str(restarts),
+        restarts_cell,
         _age(meta.get("creationTimestamp")),
         pod_ip,
         spec.get("nodeName") or "<none>",

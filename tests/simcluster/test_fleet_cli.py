@@ -131,3 +131,34 @@ def test_kubectl_smoke(sim: SimCluster, kubectl: Kubectl) -> None:
     kubectl("cordon", "v100-01")
     assert sim.get("nodes", "v100-01")["spec"]["unschedulable"] is True
     assert "SchedulingDisabled" in kubectl("get", "node", "v100-01").stdout
+
+
+def test_advertised_host_is_in_the_kubeconfig_and_the_certificate(tmp_path) -> None:
+    """docker-compose reaches the simulator as ``sim``: kubeconfigs must say so, and the
+    pinned certificate must name it, or TLS verification (kubectl, the official client) fails."""
+    import base64
+    import socket
+    import ssl
+
+    import yaml
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    sim = start_subprocess(
+        None, kubeconfig=tmp_path / "kc", extra_args=["--advertise", "sim.example"]
+    )
+    try:
+        cluster = yaml.safe_load((tmp_path / "kc").read_text())["clusters"][0]["cluster"]
+        port = int(sim.url.rsplit(":", 1)[1])
+        assert cluster["server"] == f"https://sim.example:{port}"
+        pem = base64.b64decode(cluster["certificate-authority-data"])
+        cert = x509.load_pem_x509_certificate(pem)
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        assert "sim.example" in names.get_values_for_type(x509.DNSName)
+        # The port serves exactly the pinned certificate: a client trusting it connects.
+        ctx = ssl.create_default_context(cadata=pem.decode())
+        ctx.check_hostname = False
+        with socket.create_connection(("127.0.0.1", port)) as raw, ctx.wrap_socket(raw) as tls:
+            assert tls.getpeercert(binary_form=True) == cert.public_bytes(Encoding.DER)
+    finally:
+        sim.stop()

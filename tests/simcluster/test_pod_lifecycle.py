@@ -128,6 +128,11 @@ def test_second_delete_may_only_shorten_the_grace_period(v1: client.CoreV1Api) -
     assert 49 <= (first.deletion_timestamp - shorter.deletion_timestamp).total_seconds() <= 51
 
 
+def _running(v1: client.CoreV1Api, name: str) -> client.V1Pod | None:
+    pod = v1.read_namespaced_pod(name, "team")
+    return pod if pod.status.phase == "Running" else None
+
+
 def test_preconditions_and_dry_run(v1: client.CoreV1Api) -> None:
     pod = v1.create_namespaced_pod("team", _pod("p"))
     body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid="not-the-uid"))
@@ -143,11 +148,13 @@ def test_preconditions_and_dry_run(v1: client.CoreV1Api) -> None:
     with pytest.raises(ApiException) as ei:
         v1.delete_namespaced_pod("p", "team", body=body)
     assert "the ResourceVersion in the precondition (1) does not match" in ei.value.body
+    # The kubelet has written the started status since the create (a newer resourceVersion).
+    before = wait_until(lambda: _running(v1, "p"))
     dry = v1.delete_namespaced_pod("p", "team", dry_run="All")
     assert dry.metadata.deletion_timestamp is not None
     live = v1.read_namespaced_pod("p", "team")
     assert live.metadata.deletion_timestamp is None
-    assert live.metadata.resource_version == pod.metadata.resource_version
+    assert live.metadata.resource_version == before.metadata.resource_version
 
 
 def test_bad_delete_options_are_422(v1: client.CoreV1Api) -> None:
