@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import tempfile
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,6 +118,49 @@ def build_api_client(cluster: Cluster) -> client.ApiClient:
     return client.ApiClient(cfg)
 
 
+# One ApiClient per cluster and set of credentials, per process, reused by every
+# gateway: parsing a kubeconfig and a TLS handshake per task cost more CPU than the task's
+# own calls (measured under bench/quota_bench.py). A rewritten kubeconfig or token file (a
+# rotated token) changes the key, so it is read afresh; the oldest clients are closed.
+_CLIENTS: OrderedDict[tuple, client.ApiClient] = OrderedDict()
+_CLIENTS_MAX = 16
+_CLIENTS_LOCK = threading.Lock()
+
+
+def _credentials_key(cluster: Cluster) -> tuple:
+    files = [cluster.bearer_token_file]
+    if cluster.auth_method == Cluster.AuthMethod.KUBECONFIG:
+        files.append(cluster.kubeconfig_path)
+    stamps = []
+    for name in files:
+        try:
+            stamps.append(os.stat(name).st_mtime_ns if name else None)
+        except OSError:
+            stamps.append(None)
+    return (
+        os.getpid(), cluster.pk, cluster.auth_method, cluster.kubeconfig_path,
+        cluster.kubeconfig_context, cluster.api_url, cluster.bearer_token,
+        cluster.bearer_token_file, cluster.ca_cert, cluster.verify_tls, tuple(stamps),
+    )  # fmt: skip
+
+
+def shared_api_client(cluster: Cluster) -> client.ApiClient:
+    """This process's ApiClient for the cluster's current credentials (see above)."""
+    key = _credentials_key(cluster)
+    with _CLIENTS_LOCK:
+        api = _CLIENTS.get(key)
+        if api is not None:
+            _CLIENTS.move_to_end(key)
+            return api
+    api = build_api_client(cluster)
+    with _CLIENTS_LOCK:
+        _CLIENTS[key] = api
+        while len(_CLIENTS) > _CLIENTS_MAX:
+            _, oldest = _CLIENTS.popitem(last=False)
+            oldest.close()
+    return api
+
+
 def _ca_file(cluster: Cluster) -> str:
     directory = Path(tempfile.gettempdir()) / "portal-ca"
     directory.mkdir(mode=0o700, exist_ok=True)
@@ -124,7 +170,8 @@ def _ca_file(cluster: Cluster) -> str:
 
 
 class KubeGateway:
-    """Typed-enough access to one cluster. Construct per task; cheap."""
+    """Typed-enough access to one cluster. Construct per task; cheap (the ApiClient and
+    its connections are shared, see :func:`shared_api_client`)."""
 
     def __init__(
         self,
@@ -135,14 +182,14 @@ class KubeGateway:
         timeout: float | None = None,
     ) -> None:
         self.cluster = cluster
-        self.api_client = build_api_client(cluster)
+        self.api_client = shared_api_client(cluster)
         self.core = client.CoreV1Api(self.api_client)
         self.retries = retries
         self.backoff = backoff
         self.timeout = timeout if timeout is not None else settings.KUBE_REQUEST_TIMEOUT
 
     def close(self) -> None:
-        self.api_client.close()
+        """Nothing to release: the ApiClient is shared by this process's gateways."""
 
     def __enter__(self) -> KubeGateway:
         return self
