@@ -74,6 +74,10 @@ def main() -> int:
     parser.add_argument("--teams", type=int, default=50)
     parser.add_argument("--admins", type=int, default=4)
     parser.add_argument("--nodes", type=int, default=60)
+    parser.add_argument(
+        "--worker-concurrency", type=int, default=2,
+        help="Celery worker processes (default 2, as make demo runs)",
+    )  # fmt: skip
     args = parser.parse_args()
 
     log(f"fresh database {BENCH_DB}")
@@ -101,7 +105,8 @@ def main() -> int:
         start(sim_argv(tmp / "fleet.json", kubeconfig, portal_kubeconfig), env, "sim", tmp),
         start([sys.executable, "-m", "gunicorn", "portal.wsgi", "-w", "3", "-b",
                f"127.0.0.1:{port}"], env, "web", tmp),
-        start([sys.executable, "-m", "celery", "-A", "portal", "worker", "-c", "2", "-l",
+        start([sys.executable, "-m", "celery", "-A", "portal", "worker", "-c",
+               str(args.worker_concurrency), "-l",
                "WARNING", "--without-gossip", "--without-mingle"], env, "worker", tmp),
     ]  # fmt: skip
     try:

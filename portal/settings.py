@@ -195,6 +195,9 @@ QUOTA_MAX_DURATION_DAYS = env.int("QUOTA_MAX_DURATION_DAYS", default=90)
 QUOTA_REMINDER_DAYS = env.int("QUOTA_REMINDER_DAYS", default=3)
 QUOTA_OPERATION_LEASE_SECONDS = env.int("QUOTA_OPERATION_LEASE_SECONDS", default=300)
 QUOTA_CONFIRM_SECONDS = env.float("QUOTA_CONFIRM_SECONDS", default=5.0)
+# How long the applying task itself waits for status.hard before a confirm task takes over
+# (0: hand over at once, so no worker waits on the quota controller).
+QUOTA_CONFIRM_INLINE_SECONDS = env.float("QUOTA_CONFIRM_INLINE_SECONDS", default=0.0)
 # Node label drift checks read managed nodes one by one up to this many per cluster,
 # and with one paged list of all nodes above it.
 NODELABEL_GET_NODE_LIMIT = env.int("NODELABEL_GET_NODE_LIMIT", default=50)

@@ -2,9 +2,11 @@
 
 ``enqueue_apply`` writes an Operation row in the caller's transaction and dispatches it
 after commit; ``run_operation`` claims it with a conditional UPDATE, server-side-applies
-the quota through the inventory gateway, reads ``status.hard`` back to confirm, and
-records the attempt. Failures retry with backoff; beat re-dispatches operations whose
-message or worker was lost. The desired quota is recomputed at apply time from the
+the quota through the inventory gateway and records the attempt; it is done once the quota
+controller has copied ``spec.hard`` to ``status.hard`` (admission enforces that), which
+``confirm_operation`` checks in short follow-up tasks so no worker waits for it.
+Failures retry with backoff; beat re-dispatches operations whose message or worker was
+lost. The desired quota is recomputed at apply time from the
 grants active then, so running an operation twice, or late, changes nothing.
 """
 
@@ -29,6 +31,15 @@ from .models import Grant, Operation, OperationAttempt, QuotaRequest, TeamNamesp
 log = logging.getLogger(__name__)
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-quota-portal"}
+# run_operation's result while the quota controller has yet to confirm (a confirm task
+# follows); the operation itself stays running.
+CONFIRMING = "confirming"
+NOT_CONFIRMED = "status.hard not yet updated by the quota controller"
+# Re-reads of an applied quota: the first after about the time a quota controller takes
+# to sync a changed quota (tens to a hundred milliseconds), then doubling, capped. Each
+# re-read is a task of its own: fewer, well-timed ones keep the workers free.
+CONFIRM_FIRST_PAUSE = 0.15
+CONFIRM_MAX_PAUSE = 0.6
 
 
 def lease() -> timedelta:
@@ -114,14 +125,54 @@ def run_operation(op_id, *, gateway: KubeGateway | None = None) -> str:
         try:
             result = gw.apply_resource_quota(ns.name, settings.QUOTA_NAME, hard, labels=MANAGED_BY)
             _confirm_spec(result, hard)
-            result = _await_status(gw, ns, result, hard)
+            inline = min(settings.QUOTA_CONFIRM_INLINE_SECONDS, settings.QUOTA_CONFIRM_SECONDS)
+            result = _await_status(
+                gw, ns, result, hard, inline, final=inline >= settings.QUOTA_CONFIRM_SECONDS
+            )
         finally:
             if gateway is None:
                 gw.close()
-        record_status(ns, result)
     except KubeError as err:
         return _failed(op, attempt, str(err), permanent=err.permanent)
+    if _differences(_status_hard(result), hard):
+        return _hand_over(op, attempt, hard)  # the status we know stays until confirmed
+    record_status(ns, result)
     return _succeeded(op, attempt, hard)
+
+
+def confirm_operation(op_id, attempt_number: int, pause: float = CONFIRM_FIRST_PAUSE) -> str:
+    """Re-read a just-applied quota until its controller copied spec.hard to status.hard.
+
+    Runs as its own short task after ``run_operation`` handed over, so no worker sleeps
+    while the quota controller catches up. Another attempt of the operation, or its end,
+    makes this a no-op; after ``QUOTA_CONFIRM_SECONDS`` the attempt fails as transient.
+    """
+    op = (
+        Operation.objects.select_related("namespace__cluster", "namespace__team")
+        .filter(pk=op_id, status=Operation.Status.RUNNING, attempts=attempt_number)
+        .first()
+    )
+    if op is None:
+        return "skipped"
+    attempt = OperationAttempt.objects.get(operation=op, number=attempt_number)
+    ns, hard = op.namespace, op.applied_hard
+    try:
+        with KubeGateway(ns.cluster) as gw:
+            quota = gw.get_resource_quota(ns.name, settings.QUOTA_NAME)
+    except KubeError as err:
+        return _failed(op, attempt, str(err), permanent=err.permanent)
+    if quota is None:
+        return _failed(op, attempt, "the ResourceQuota vanished before its controller "
+                       "confirmed it", permanent=False)  # fmt: skip
+    record_status(ns, quota)
+    wrong = _differences(_status_hard(quota), hard)
+    if not wrong:
+        return _succeeded(op, attempt, hard)
+    waited = (timezone.now() - attempt.started_at).total_seconds()
+    if waited >= settings.QUOTA_CONFIRM_SECONDS:
+        return _failed(op, attempt, f"{NOT_CONFIRMED}: {wrong}", permanent=False)
+    _schedule_confirm(op, attempt_number, min(pause * 2, CONFIRM_MAX_PAUSE), countdown=pause)
+    return CONFIRMING
 
 
 def record_status(namespace: TeamNamespace, quota: dict | None) -> None:
@@ -144,33 +195,66 @@ def _confirm_spec(quota: dict, hard: dict[str, int]) -> None:
         raise KubeError(f"quota read back differs from what was applied: {wrong}")
 
 
-def _await_status(gw: KubeGateway, ns: TeamNamespace, quota: dict, hard: dict[str, int]) -> dict:
-    """Wait (bounded) until the quota controller copies spec.hard to status.hard.
+def _status_hard(quota: dict | None) -> dict:
+    return ((quota or {}).get("status") or {}).get("hard") or {}
 
-    Only then does admission enforce the new values. A real controller takes a moment;
-    if it takes longer than ``QUOTA_CONFIRM_SECONDS`` the attempt fails as transient and
-    the operation retries later.
+
+def _await_status(
+    gw: KubeGateway,
+    ns: TeamNamespace,
+    quota: dict,
+    hard: dict[str, int],
+    seconds: float,
+    *,
+    final: bool,
+) -> dict:
+    """Re-read the quota for up to ``seconds`` until the quota controller has copied
+    spec.hard to status.hard: only then does admission enforce the new values.
+
+    Returns the last quota read (confirmed or not). With ``final`` (no hand-over to
+    :func:`confirm_operation` follows) an unconfirmed quota is a transient failure.
     """
-    deadline = time.monotonic() + settings.QUOTA_CONFIRM_SECONDS
-    while True:
-        wrong = _differences((quota.get("status") or {}).get("hard") or {}, hard)
-        if not wrong:
-            return quota
-        if time.monotonic() >= deadline:
-            raise KubeError(f"status.hard not yet updated by the quota controller: {wrong}")
-        time.sleep(0.25)
+    deadline = time.monotonic() + seconds
+    pause = CONFIRM_FIRST_PAUSE
+    while _differences(_status_hard(quota), hard) and time.monotonic() < deadline:
+        time.sleep(min(pause, max(deadline - time.monotonic(), 0)))
+        pause = min(pause * 2, CONFIRM_MAX_PAUSE)
         quota = gw.get_resource_quota(ns.name, settings.QUOTA_NAME) or {}
+    wrong = _differences(_status_hard(quota), hard)
+    if wrong and final:
+        raise KubeError(f"{NOT_CONFIRMED}: {wrong}")
+    return quota
+
+
+def _hand_over(op: Operation, attempt: OperationAttempt, hard: dict[str, int]) -> str:
+    """spec.hard is applied, status.hard not yet: a confirm task takes it from here."""
+    Operation.objects.filter(pk=op.pk).update(applied_hard=hard)
+    _schedule_confirm(op, attempt.number, CONFIRM_FIRST_PAUSE, countdown=CONFIRM_FIRST_PAUSE)
+    return CONFIRMING
+
+
+def _schedule_confirm(op: Operation, number: int, pause: float, *, countdown: float) -> None:
+    from .tasks import confirm_quota
+
+    transaction.on_commit(
+        lambda: _safe(lambda: confirm_quota.apply_async((str(op.pk), number, pause),
+                                                       countdown=countdown))
+    )  # fmt: skip
 
 
 @transaction.atomic
 def _succeeded(op: Operation, attempt: OperationAttempt, hard: dict[str, int]) -> str:
     now = timezone.now()
-    attempt.finished_at, attempt.ok = now, True
-    attempt.save(update_fields=["finished_at", "ok"])
-    Operation.objects.filter(pk=op.pk).update(
+    finished = Operation.objects.filter(
+        pk=op.pk, status=Operation.Status.RUNNING, attempts=attempt.number
+    ).update(
         status=Operation.Status.SUCCEEDED, finished_at=now, lease_until=None,
         applied_hard=hard, last_error="",
     )  # fmt: skip
+    if not finished:  # a duplicate confirm, or beat reclaimed the operation meanwhile
+        return "skipped"
+    attempt.finished_at, attempt.ok = now, True
+    attempt.save(update_fields=["finished_at", "ok"])
     audit.record(None, "quota.applied", op.namespace, team=op.namespace.team, after=hard,
                  note=f"operation {op.pk} ({op.reason})")  # fmt: skip
     from .services import mark_applied
@@ -186,6 +270,8 @@ def _failed(op: Operation, attempt: OperationAttempt, error: str, *, permanent: 
     attempt.finished_at, attempt.error = now, error[:2000]
     attempt.save(update_fields=["finished_at", "error"])
     op = Operation.objects.select_for_update().get(pk=op.pk)
+    if op.status != Operation.Status.RUNNING or op.attempts != attempt.number:
+        return "skipped"  # a later attempt (beat reclaimed the lease) owns the operation
     give_up = permanent or op.attempts >= op.max_attempts
     op.last_error = error[:2000]
     op.lease_until = None

@@ -14,7 +14,14 @@ from django.utils import timezone
 from inventory.kube import KubeError, KubeGateway
 
 from . import audit, notify
-from .apply import desired_hard, enqueue_apply, record_status, redispatch_due, run_operation
+from .apply import (
+    confirm_operation,
+    desired_hard,
+    enqueue_apply,
+    record_status,
+    redispatch_due,
+    run_operation,
+)
 from .models import Grant, Operation, TeamNamespace
 
 log = logging.getLogger(__name__)
@@ -23,6 +30,11 @@ log = logging.getLogger(__name__)
 @shared_task(ignore_result=True, acks_late=True)
 def apply_operation(op_id: str) -> str:
     return run_operation(op_id)
+
+
+@shared_task(ignore_result=True, acks_late=True)
+def confirm_quota(op_id: str, attempt_number: int, pause: float) -> str:
+    return confirm_operation(op_id, attempt_number, pause)
 
 
 @shared_task(ignore_result=True)

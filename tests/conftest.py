@@ -16,6 +16,10 @@ from portal.models import ApiToken
 @pytest.fixture(autouse=True)
 def _fast_settings(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    # Operations run in this process finish in one call (no Celery worker runs the
+    # confirm tasks here); workers started by tests keep the production default, and
+    # tests/quotas/test_apply.py covers the hand-over itself.
+    settings.QUOTA_CONFIRM_INLINE_SECONDS = 5.0
 
 
 @pytest.fixture(autouse=True)

@@ -6,6 +6,7 @@ task calls; ``test_worker.py`` runs them through a real worker.
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import pytest
@@ -14,7 +15,7 @@ from django.utils import timezone
 from kubernetes.client.exceptions import ApiException
 
 from quotas import services
-from quotas.apply import run_operation
+from quotas.apply import CONFIRMING, confirm_operation, run_operation
 from quotas.models import AuditEvent, Operation, OperationAttempt, QuotaRequest
 from quotas.services import RequestData
 from quotas.tasks import process_grant_windows, reconcile_quotas
@@ -198,3 +199,43 @@ def test_apply_waits_for_the_quota_controller_to_confirm_status_hard(setup, sim,
         assert run_operation(op.pk) == "succeeded"
     quota = setup["core"].read_namespaced_resource_quota(QUOTA, "vision")
     assert quota.status.hard == {"requests.nvidia.com/gpu": "4"}
+
+
+def test_the_applying_task_hands_over_to_short_confirm_tasks(setup, settings):
+    """In production the worker does not wait for the quota controller: run_operation
+    applies spec.hard and returns; confirm tasks re-read status.hard until it matches."""
+    settings.QUOTA_CONFIRM_INLINE_SECONDS = 0
+    req = approve(setup, amount=2)
+    op = only_op()
+    assert run_operation(op.pk) == CONFIRMING
+    op.refresh_from_db()
+    assert op.status == "running" and op.applied_hard == {"requests.nvidia.com/gpu": 2}
+    assert hard(setup["core"]) == {"requests.nvidia.com/gpu": "2"}  # spec is applied
+    req.refresh_from_db()
+    assert req.status == "applying"  # not enforced until status.hard says so
+    results = []
+    for _ in range(100):  # what the chain of confirm tasks does, here in this process
+        results.append(confirm_operation(op.pk, 1))
+        if results[-1] != CONFIRMING:
+            break
+        time.sleep(0.05)
+    assert results[-1] == "succeeded"
+    req.refresh_from_db()
+    assert req.status == "applied"
+    assert confirm_operation(op.pk, 1) == "skipped"  # a duplicate message changes nothing
+    assert OperationAttempt.objects.get(operation=op).ok
+
+
+def test_a_confirm_that_waits_too_long_fails_the_attempt_as_transient(setup, sim, settings):
+    settings.QUOTA_CONFIRM_INLINE_SECONDS = 0
+    settings.QUOTA_CONFIRM_SECONDS = 0.3
+    sim.faults.update(quota_controller_paused=True)
+    approve(setup, amount=2)
+    op = only_op()
+    assert run_operation(op.pk) == CONFIRMING
+    assert confirm_operation(op.pk, 1) == CONFIRMING
+    time.sleep(0.35)
+    assert confirm_operation(op.pk, 1) == "pending"
+    op.refresh_from_db()
+    assert op.status == "pending" and "status.hard not yet updated" in op.last_error
+    assert confirm_operation(op.pk, 1) == "skipped"  # that attempt is over
