@@ -60,7 +60,7 @@ def error(exc: pytest.ExceptionInfo[ApiException]) -> dict[str, Any]:
 
 
 def test_empty_map_keeps_other_managers_keys(v1: client.CoreV1Api) -> None:
-    """The portal applies ``labels: {}`` (inventory/kube.py apply_resource_quota)."""
+    """The portal applies ``labels: {}`` (inventory/kube/base.py apply_resource_quota)."""
     apply_cm(v1, cm(labels={}, data={"a": "1"}), "portal")
     v1.patch_namespaced_config_map(
         "settings", "default", {"metadata": {"labels": {"team": "vision"}}},
@@ -74,7 +74,7 @@ def test_empty_map_keeps_other_managers_keys(v1: client.CoreV1Api) -> None:
 
 
 def test_portal_quota_apply_and_drift_revert(sim: SimCluster, v1: client.CoreV1Api) -> None:
-    """inventory/kube.py apply_resource_quota: labels {}, spec.hard, force=True."""
+    """inventory/kube/base.py apply_resource_quota: labels {}, spec.hard, force=True."""
 
     def portal_apply(gpus: str) -> Any:
         body = {

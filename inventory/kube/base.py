@@ -1,4 +1,4 @@
-"""The one gateway to Kubernetes API servers. No other module builds a client.
+"""The gateway's core: clients, errors, retries, inventory reads and quota writes.
 
 Everything the portal does to or reads from a cluster goes through ``KubeGateway``:
 bulk reads as raw JSON pages (the typed client's model deserialisation is far too slow
@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import urllib3
 from django.conf import settings
@@ -28,7 +28,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 from kubernetes.watch.watch import iter_resp_lines
 
-from .models import Cluster
+from inventory.models import Cluster
 
 log = logging.getLogger(__name__)
 
@@ -169,9 +169,10 @@ def _ca_file(cluster: Cluster) -> str:
     return str(path)
 
 
-class KubeGateway:
-    """Typed-enough access to one cluster. Construct per task; cheap (the ApiClient and
-    its connections are shared, see :func:`shared_api_client`)."""
+class GatewayCore:
+    """Plumbing, inventory reads and quota writes of :class:`inventory.kube.KubeGateway`.
+    Construct per task; cheap (the ApiClient and its connections are shared, see
+    :func:`shared_api_client`)."""
 
     def __init__(
         self,
@@ -191,7 +192,7 @@ class KubeGateway:
     def close(self) -> None:
         """Nothing to release: the ApiClient is shared by this process's gateways."""
 
-    def __enter__(self) -> KubeGateway:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -368,67 +369,4 @@ class KubeGateway:
             field_manager=field_manager,
             force=True,
             _content_type=APPLY_PATCH,
-        )
-
-    # -- MIG coordinator ----------------------------------------------------------------
-
-    def list_pods(self, *, field_selector: str | None = None) -> list[dict[str, Any]]:
-        """All pods (all namespaces) matching a field selector, e.g. ``spec.nodeName=n1``."""
-        items: list[dict[str, Any]] = []
-        for page in self.list_pages("pods", field_selector=field_selector):
-            items.extend(page.items)
-        return items
-
-    def try_evict_pod(self, namespace: str, name: str) -> str:
-        """Ask the Eviction API once: ``"evicted"``, ``"gone"`` or ``"blocked"``.
-
-        A 429 means a PodDisruptionBudget forbids the eviction now; it is not retried
-        here, because the caller (the MIG coordinator) decides how long to keep trying.
-        Other errors raise ``KubeError``.
-        """
-        body = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=namespace))
-        try:
-            self.core.create_namespaced_pod_eviction(
-                name, namespace, body, _request_timeout=self.timeout
-            )
-        except ApiException as err:
-            error = KubeError.from_api_exception(err)
-            if error.status == 429:
-                return "blocked"
-            if error.status == 404:
-                return "gone"
-            raise error from err
-        except (urllib3.exceptions.HTTPError, OSError) as err:
-            raise KubeError(f"Cannot reach the API server: {err}", permanent=False) from err
-        return "evicted"
-
-    def get_config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """A ConfigMap as raw JSON, or None when it does not exist."""
-        try:
-            return self._json(self.core.read_namespaced_config_map, name, namespace)
-        except KubeError as err:
-            if err.status == 404:
-                return None
-            raise
-
-    def create_config_map(self, namespace: str, name: str, data: dict[str, str]) -> dict[str, Any]:
-        """Create a ConfigMap; 409 AlreadyExists surfaces as ``KubeError(status=409)``."""
-        body = {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": name, "namespace": namespace},
-            "data": data,
-        }
-        return self._json(self.core.create_namespaced_config_map, namespace, body)
-
-    def replace_config_map(self, namespace: str, config_map: dict[str, Any]) -> dict[str, Any]:
-        """PUT a ConfigMap read earlier; its ``metadata.resourceVersion`` makes the write
-        conditional, so a concurrent change answers 409 (re-read, merge again, retry)."""
-        name = config_map["metadata"]["name"]
-        return self._json(
-            self.core.replace_namespaced_config_map,
-            name,
-            namespace,
-            config_map,
-            field_manager=FIELD_MANAGER,
         )
