@@ -7,8 +7,10 @@ Every failure surfaces as ``KubeError`` with ``permanent`` telling callers wheth
 retry can help; transient failures are retried here a bounded number of times.
 
 The class is assembled from one module per concern, so each stays small:
-``base`` (clients, errors, retries, inventory reads, quota writes) and ``workloads``
-(the MIG coordinator's pods, evictions and ConfigMaps). Every call here must be allowed
+``base`` (clients, errors, retries, inventory reads, quota writes), ``workloads``
+(the MIG coordinator's pods, evictions and ConfigMaps), ``namespaces`` (every quota and
+LimitRange in a namespace) and ``cluster`` (access reviews, the GPU Operator's
+ClusterPolicy). Every call here must be allowed
 by ``deploy/kubernetes/rbac.yaml``; the tests run the portal with exactly that RBAC.
 """
 
@@ -23,15 +25,18 @@ from .base import (
     build_api_client,
     shared_api_client,
 )
+from .cluster import CLUSTER_POLICY, ClusterCalls
+from .namespaces import NamespaceCalls
 from .workloads import WorkloadCalls
 
 
-class KubeGateway(WorkloadCalls, GatewayCore):
+class KubeGateway(WorkloadCalls, NamespaceCalls, ClusterCalls, GatewayCore):
     """Typed-enough access to one cluster. Construct per task; cheap."""
 
 
 __all__ = [
     "APPLY_PATCH",
+    "CLUSTER_POLICY",
     "FIELD_MANAGER",
     "MERGE_PATCH",
     "TRANSIENT_STATUS",
