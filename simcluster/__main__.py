@@ -53,6 +53,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--continue-ttl", type=float, default=300.0, help="continue token TTL (s)")
     ap.add_argument("--mig-step", type=float, default=2.0, help="mig-manager step delay (s)")
+    # the GPU operator emulation (simcluster/gpuoperator.py); unset: the fleet's gpuOperator
+    # keys, else the real components' timings (60 s, 5 s, 300 s)
+    ap.add_argument(
+        "--config-mount-delay",
+        type=float,
+        help="seconds until a ConfigMap write reaches mig-manager's mounted file",
+    )
+    ap.add_argument(
+        "--device-plugin-restart",
+        type=float,
+        help="seconds from mig.config.state=success to the new allocatable and GFD labels",
+    )
+    ap.add_argument(
+        "--client-pause-timeout",
+        type=float,
+        help="seconds mig-manager waits for each kind of GPU client pod to go",
+    )
     # controllers (simcluster/controllers.py)
     ap.add_argument("--pod-stop", type=float, default=1.0, help="time pods take to stop (s)")
     ap.add_argument(
@@ -77,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
         token=args.token,
         continue_ttl=args.continue_ttl,
         mig_step_s=args.mig_step,
+        config_mount_delay_s=args.config_mount_delay,
+        device_plugin_restart_s=args.device_plugin_restart,
+        client_pause_timeout_s=args.client_pause_timeout,
         pod_stop_s=args.pod_stop,
         lease_renew_s=args.lease_renew,
         quota_sync_s=args.quota_sync,

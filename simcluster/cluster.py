@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from simcluster.auth import Authenticator, token_request
+from simcluster.clock import ClockTimer, SimClock
 from simcluster.controllers import ControllerOps
 from simcluster.crud import CrudOps
 from simcluster.errors import not_found
@@ -67,6 +68,9 @@ class SimCluster(CrudOps, ListOps, PodOps, QuotaOps, ControllerOps):
         lease_renew_s: float = 10.0,
         podgc_quarantine_s: float = 40.0,
         serviceaccount_sync_s: float = 0.05,
+        config_mount_delay_s: float | None = None,
+        device_plugin_restart_s: float | None = None,
+        client_pause_timeout_s: float | None = None,
     ) -> None:
         self.store = Store(history_size)
         self.faults = Faults()
@@ -85,8 +89,19 @@ class SimCluster(CrudOps, ListOps, PodOps, QuotaOps, ControllerOps):
         # written into kubeconfigs and the serving certificate.
         self.advertise_host = ""
         self.ca_pem = ""  # the serving certificate (PEM), set by start() (tls.py)
+        from simcluster.gpuoperator import GpuOperator
         from simcluster.migmanager import MigManager
 
+        # the GPU operator and mig-manager (gpuoperator.py, migmanager.py): None takes the
+        # fleet's gpuOperator keys, else the real components' timings (docs/simcluster.md)
+        self.clock = SimClock()
+        self.timer = ClockTimer(self.clock)
+        self.gpu_operator = GpuOperator(
+            self,
+            config_mount_delay_s=config_mount_delay_s,
+            device_plugin_restart_s=device_plugin_restart_s,
+            client_pause_timeout_s=client_pause_timeout_s,
+        )
         self.mig = MigManager(self, step_s=mig_step_s)
         # controllers (controllers.py): delays as on a real control plane, see docs
         self._init_controllers(
@@ -135,6 +150,7 @@ class SimCluster(CrudOps, ListOps, PodOps, QuotaOps, ControllerOps):
         """Stop serving; open watches end."""
         self.store.close()
         self.mig.stop()
+        self.timer.stop()
         self._stop_controllers()
         if self._server is not None:
             self._server.shutdown()
@@ -209,6 +225,7 @@ class SimCluster(CrudOps, ListOps, PodOps, QuotaOps, ControllerOps):
                 obj["status"] = self._quota_status(obj, ns)
                 record_update(None, obj, "simcluster-fleet")
                 s.put("resourcequotas", obj, "ADDED", emit=False)
+            self.gpu_operator.load(fleet)
             self.mig.load(fleet.nodes)
             self._load_controllers(fleet.nodes)
             s.compact()
@@ -279,6 +296,7 @@ class SimCluster(CrudOps, ListOps, PodOps, QuotaOps, ControllerOps):
         self, rt: ResourceType, ns: str, old: dict[str, Any] | None, new: dict[str, Any] | None
     ) -> None:
         self._on_write(rt, ns, old, new)  # controllers: quota, PDBs, GC, kubelets, ...
+        self.gpu_operator.on_write(rt.name, ns, old, new)
         if rt.name == "nodes" and new is not None:
             self.mig.on_node_write(old, new)
 

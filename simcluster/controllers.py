@@ -6,8 +6,9 @@ the controllers that watch that type, as their informers would: the quota contro
 (:mod:`simcluster.quotactl`), the disruption controller (:mod:`simcluster.disruption`), the
 namespace controller (:mod:`simcluster.namespaces`), the garbage collector
 (:mod:`simcluster.gc`), the kubelets (:mod:`simcluster.kubelet`), their node leases
-(:mod:`simcluster.leases`) and the ServiceAccount controller
-(:mod:`simcluster.serviceaccounts`). Handlers only queue work; the work runs later on the
+(:mod:`simcluster.leases`), the ServiceAccount controller
+(:mod:`simcluster.serviceaccounts`) and the DaemonSet controller
+(:mod:`simcluster.daemonsets`). Handlers only queue work; the work runs later on the
 queue's thread, so API writes never wait for a controller, as on a real cluster. (The
 kubelet starts a newly bound pod in the create request itself: kubelet.py.)
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from simcluster.daemonsets import DaemonSetController
 from simcluster.disruption import DisruptionController
 from simcluster.fleet import now_iso
 from simcluster.gc import GarbageCollector
@@ -53,6 +55,7 @@ class ControllerOps:
         self.kubelets = Kubelets(self, pod_stop_s, podgc_quarantine_s)
         self.node_leases = NodeLeases(self, lease_renew_s)
         self.serviceaccounts = ServiceAccountsController(self, serviceaccount_sync_s)
+        self.daemonsets = DaemonSetController(self)  # daemonsets.py
 
     def _load_controllers(self, nodes: list[dict[str, Any]]) -> None:
         """After the fleet is stored: node readiness, node leases, periodic work."""
@@ -81,6 +84,9 @@ class ControllerOps:
         if name == "pods":
             self.disruption.on_pod_write(ns, old, new)
             self.kubelets.on_pod_write(ns, old, new)
+            self.daemonsets.on_pod_write(ns, old, new)
+        elif name == "daemonsets":
+            self.daemonsets.on_daemonset_write(ns, new)
         elif name == "poddisruptionbudgets":
             self.disruption.on_pdb_write(new)
         elif name == "namespaces":
@@ -91,6 +97,7 @@ class ControllerOps:
         elif name == "nodes":
             self.kubelets.on_node_write(old, new)
             self.node_leases.on_node_write(old, new)
+            self.daemonsets.on_node_write(old, new)
 
     def wait_for_controllers(self, timeout: float = 10.0, horizon: float = 2.0) -> bool:
         """Block until no controller work is running or due within ``horizon`` seconds.

@@ -14,6 +14,7 @@ from simcluster import (
     namespaces,
     serviceaccounts,
     validation,
+    workloads,
 )
 from simcluster.errors import ApiError, already_exists, conflict, not_found
 from simcluster.fleet import now_iso
@@ -146,6 +147,8 @@ class CrudOps:
             obj["status"] = {}  # PrepareForCreate; the quota controller fills it later
         elif rt.name == "poddisruptionbudgets":
             disruption.prepare_create(obj)
+        elif rt.name in workloads.WORKLOADS:  # apps, batch, networking (workloads.py)
+            workloads.prepare_create(rt.name, obj)
         elif rt.name == "nodes":
             obj.setdefault("spec", {})
             obj.setdefault("status", {})
@@ -253,6 +256,8 @@ class CrudOps:
         validation.normalize(rt, new)  # decoded: canonical quantities
         if rt.name == "poddisruptionbudgets" and sub != "status":
             disruption.prepare_update(old, new)
+        elif rt.name in workloads.WORKLOADS and sub != "status":
+            workloads.prepare_update(rt.name, old, new)
         if not managed_done:
             new["metadata"]["managedFields"] = ometa.get("managedFields") or []
             record_update(old, new, manager, sub)

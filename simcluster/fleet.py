@@ -24,6 +24,16 @@ Schema (all keys optional except names)::
       - {name: train, namespace: ml-vision, node: a100-00, phase: Running,
          requests: {nvidia.com/gpu: 4, cpu: 8}, priorityClassName: high}
     configmaps: [{name: x, namespace: y, data: {k: v}}]
+    gpuOperator:                 # the GPU Operator's ClusterPolicy (simcluster/gpuoperator.py);
+      namespace: gpu-operator    # absent: installed with these defaults; false: not installed
+      migStrategy: single        # spec.mig.strategy
+      migConfigName: ""          # spec.migManager.config.name ("" : generated configs)
+      migConfigDefault: all-disabled  # spec.migManager.config.default
+      migManagerEnabled: true    # spec.migManager.enabled
+      withReboot: false          # spec.migManager.env WITH_REBOOT
+      configMountDelay: 60       # seconds until a ConfigMap write reaches mig-manager's file
+      devicePluginRestart: 5     # seconds from mig.config.state=success to new allocatable
+      clientPauseTimeout: 300    # seconds mig-manager waits for GPU clients to go
     priorityClasses: [{name: high, value: 1000}]
     generate: {nodes: 100, pods: 1000, ...}   # append a generated fleet (see generate())
 
@@ -54,7 +64,12 @@ from simcluster.quantity import canonicalize
 
 DEFAULT_DRIVER = "550.107.02"
 KUBELET_VERSION = "v1.32.4"
+# The labels the GPU Operator puts on a GPU node for container workloads (NVIDIA/gpu-operator
+# controllers/state_manager.go gpuStateLabels[container]): "client" is the one third-party
+# GPU clients (the portal's agent) select on so mig-manager can pause them; there is no
+# nvsm label there (mig-manager writes one when it pauses operands).
 DEPLOY_OPERANDS = (
+    "client",
     "container-toolkit",
     "dcgm",
     "dcgm-exporter",
@@ -62,7 +77,6 @@ DEPLOY_OPERANDS = (
     "driver",
     "gpu-feature-discovery",
     "node-status-exporter",
-    "nvsm",
     "operator-validator",
 )
 UNHEALTHY_ANNOTATION = "simcluster.io/unhealthy-gpus"
@@ -79,6 +93,8 @@ class Fleet:
     resourcequotas: list[dict[str, Any]] = field(default_factory=list)
     configmaps: list[dict[str, Any]] = field(default_factory=list)
     priorityclasses: list[dict[str, Any]] = field(default_factory=list)
+    # the fleet's ``gpuOperator`` key (None: ``false``, not installed); simcluster/gpuoperator.py
+    gpu_operator: dict[str, Any] | None = field(default_factory=dict)
 
 
 def now_iso() -> str:
@@ -132,6 +148,8 @@ def expand(spec: dict[str, Any]) -> Fleet:
 
 def _expand(spec: dict[str, Any]) -> Fleet:
     fleet = Fleet(name=(spec.get("cluster") or {}).get("name", "simcluster"))
+    op = spec.get("gpuOperator", {})
+    fleet.gpu_operator = None if op is False else dict(op or {})
     gen = spec.get("generate")
     if gen:
         generated = generate(**gen)

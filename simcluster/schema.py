@@ -73,7 +73,11 @@ _GROUP_CAMEL = {
     "io.k8s.api.coordination.v1": "CoordinationV1",
     "io.k8s.api.authorization.v1": "AuthorizationV1",
     "io.k8s.api.authentication.v1": "AuthenticationV1",
+    "io.k8s.api.apps.v1": "AppsV1",
+    "io.k8s.api.batch.v1": "BatchV1",
+    "io.k8s.api.networking.v1": "NetworkingV1",
     typedefs.META: "MetaV1",
+    "com.nvidia.v1": "NvidiaV1",  # a CRD's models: simcluster/clusterpolicy.py
 }
 _CAMEL_PACKAGE = {v: k for k, v in _GROUP_CAMEL.items()}
 
@@ -173,6 +177,10 @@ def class_for_def(name: str) -> Any:
     """The client model class of a definition (``CoreV1Event`` before ``V1Event``)."""
     models = _models()
     pkg, short = name.rsplit(".", 1)
+    if pkg == "com.nvidia.v1":
+        from simcluster.clusterpolicy import MODELS
+
+        return MODELS[_GROUP_CAMEL[pkg] + short]
     for cand in (_GROUP_CAMEL.get(pkg, "") + short, "V1" + short):
         cls = getattr(models, cand, None)
         if cls is not None and hasattr(cls, "openapi_types") and def_for_class(cand) == name:
@@ -302,4 +310,5 @@ _KIND_DESCRIPTIONS: dict[str, str] = {
     "PodDisruptionBudget": "PodDisruptionBudget limits the disruption of a collection of pods.",
     "PriorityClass": "PriorityClass maps a priority class name to a priority value.",
     "Lease": "Lease defines a lease concept.",
+    "ClusterPolicy": "ClusterPolicy is the Schema for the clusterpolicies API",
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hmac
 import json
 import logging
 import socket
@@ -272,12 +273,28 @@ class Handler(BaseHTTPRequestHandler):
                 cluster.compact_history()
                 self._send(200, _dumps({"resourceVersion": cluster.store.rv}))
                 return
+            elif path == "/_sim/clock" and method in ("GET", "POST"):
+                self._sim_clock(cluster, method, body)  # simcluster/clock.py
+                return
             elif path == "/_sim/healthz":
                 self._send(200, b"ok", "text/plain")
                 return
             raise ApiError(404, f"unknown control endpoint {method} {path}")
         except ApiError as err:
             self._send_error(err)
+
+    def _sim_clock(self, cluster: Any, method: str, body: bytes) -> None:
+        """``POST /_sim/clock {"advance_s": N}``: the admin moves the sim clock forward."""
+        auth = self.headers.get("Authorization") or ""
+        if not hmac.compare_digest(auth.encode(), f"Bearer {cluster.token}".encode()):
+            raise ApiError(403, "the sim clock is the cluster admin's (admin bearer token)")
+        if method == "POST":
+            req = load_body(body)
+            step = req.get("advance_s") if isinstance(req, dict) else None
+            if isinstance(step, bool) or not isinstance(step, int | float) or not step >= 0:
+                raise ApiError(400, 'body must be {"advance_s": <number of seconds >= 0>}')
+            cluster.clock.advance(step)
+        self._send(200, _dumps({"offset_s": cluster.clock.offset}))
 
     # ------------------------------------------------------------- routing
     def _route(self, method: str, path: str, params: dict[str, str], body: bytes) -> None:

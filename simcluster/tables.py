@@ -16,6 +16,7 @@ from typing import Any
 
 from simcluster.gofmt import human_duration
 from simcluster.resources import ResourceType
+from simcluster.tables_apps import PRINTERS as WORKLOAD_PRINTERS
 
 
 def _parse_ts(ts: str | None) -> datetime | None:
@@ -448,6 +449,17 @@ _PRINTERS: dict[str, _Printer] = {
     ),
 }
 _PRINTERS["clusterrolebindings"] = _PRINTERS["rolebindings"]
+_PRINTERS.update(WORKLOAD_PRINTERS)  # apps, batch, networking (tables_apps.py)
+# the CRD's additionalPrinterColumns (gpu-operator nvidia.com_clusterpolicies.yaml): Age is
+# declared `type: string` there, so kubectl shows the timestamp itself
+_PRINTERS["clusterpolicies"] = (
+    [_name(), _col("Status"), _col("Age")],
+    lambda o: [
+        (o.get("metadata") or {}).get("name"),
+        (o.get("status") or {}).get("state"),
+        (o.get("metadata") or {}).get("creationTimestamp"),
+    ],
+)
 _POD_COLUMNS = [
     _name(),
     _col("Ready"),

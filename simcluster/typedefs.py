@@ -33,6 +33,14 @@ server does not know: they are unknown fields here, as there.
 
 from __future__ import annotations
 
+from simcluster.clusterpolicy import CRD_FIELDS
+from simcluster.typedefs_apps import (
+    WORKLOAD_ATOMIC,
+    WORKLOAD_FIELDS,
+    WORKLOAD_NEWER,
+    WORKLOAD_NON_CORE,
+    WORKLOAD_PACKAGES,
+)
 from simcluster.typedefs_core import CORE_FIELDS
 
 # Definition-name prefix per API group (the Go package of the group's v1 types).
@@ -44,6 +52,8 @@ GROUP_PACKAGES: dict[str, str] = {
     "coordination.k8s.io": "io.k8s.api.coordination.v1",
     "authorization.k8s.io": "io.k8s.api.authorization.v1",
     "authentication.k8s.io": "io.k8s.api.authentication.v1",
+    **WORKLOAD_PACKAGES,  # apps, batch, networking.k8s.io (typedefs_apps.py)
+    "nvidia.com": "com.nvidia.v1",  # the GPU Operator's CRD (simcluster/clusterpolicy.py)
 }
 META = "io.k8s.apimachinery.pkg.apis.meta.v1"
 
@@ -172,6 +182,8 @@ FIELDS: dict[str, dict[str, str]] = {
     },
 }
 FIELDS.update(CORE_FIELDS)
+FIELDS.update(WORKLOAD_FIELDS)
+FIELDS.update(CRD_FIELDS)  # the GPU Operator's ClusterPolicy (clusterpolicy.py)
 
 ATOMIC_STRUCTS: frozenset[str] = frozenset(
     {
@@ -245,3 +257,6 @@ NEWER_THAN_1_32: dict[str, tuple[str, ...]] = {
     "core.v1.EnvVarSource": ("fileKeyRef",),
     "core.v1.ResourceHealth": ("message",),
 }
+ATOMIC_STRUCTS |= WORKLOAD_ATOMIC
+NON_CORE.update(WORKLOAD_NON_CORE)
+NEWER_THAN_1_32.update(WORKLOAD_NEWER)

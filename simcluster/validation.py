@@ -31,7 +31,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from simcluster import context
+from simcluster import context, workloads
+from simcluster import validation_apps as vapps
+from simcluster import validation_ingress as ving
+from simcluster import validation_jobs as vjobs
 from simcluster import validation_pod as vp
 from simcluster import validation_policy as vpol
 from simcluster import validation_types as vt
@@ -73,6 +76,17 @@ _RULES: dict[str, Rules] = {
     "events": Rules(vpol.event_create, vpol.event_update),
     "poddisruptionbudgets": Rules(vpol.pdb_create, vpol.pdb_update, vpol.pdb_status),
     "priorityclasses": Rules(vpol.priorityclass_create, vpol.priorityclass_update),
+    # workload types (validation_apps.py, validation_jobs.py, validation_ingress.py)
+    "daemonsets": Rules(vapps.daemonset_create, vapps.daemonset_update, vapps.daemonset_status),
+    "deployments": Rules(vapps.deployment_create, vapps.deployment_update, vapps.deployment_status),
+    "replicasets": Rules(vapps.replicaset_create, vapps.replicaset_update, vapps.replicaset_status),
+    "statefulsets": Rules(
+        vjobs.statefulset_create, vjobs.statefulset_update, vapps.statefulset_status
+    ),
+    "jobs": Rules(vjobs.job_create, vjobs.job_update, vjobs.job_status),
+    "cronjobs": Rules(vjobs.cronjob_create, vjobs.cronjob_update, lambda n, o, q: []),
+    "ingresses": Rules(ving.ingress_create, ving.ingress_update, lambda n, o, q: []),
+    "ingressclasses": Rules(ving.ingressclass_create, ving.ingressclass_update),
 }
 
 
@@ -113,18 +127,28 @@ def _slots(resource: str, obj: dict[str, Any]) -> Iterator[tuple[str, dict[str, 
             for k in list(m):
                 yield key(path, k), m, k
 
-    if resource == "pods":
-        spec, status = _d(obj.get("spec")), _d(obj.get("status"))
+    def pod_spec(spec: dict[str, Any], p: str) -> Iterator[tuple[str, dict[str, Any], str]]:
         for field in _PODS_CONTAINERS:
             for i, c in enumerate(_l(spec.get(field))):
                 res = _d(_d(c).get("resources"))
                 for part in ("limits", "requests"):
-                    yield from each(f"spec.{field}[{i}].resources.{part}", res.get(part))
-        yield from each("spec.overhead.limits", spec.get("overhead"))
+                    yield from each(f"{p}.{field}[{i}].resources.{part}", res.get(part))
+        yield from each(f"{p}.overhead.limits", spec.get("overhead"))
         for i, v in enumerate(_l(spec.get("volumes"))):
             ed = _d(v).get("emptyDir")
             if isinstance(ed, dict) and "sizeLimit" in ed:
-                yield f"spec.volumes[{i}].emptyDir.sizeLimit", ed, "sizeLimit"
+                yield f"{p}.volumes[{i}].emptyDir.sizeLimit", ed, "sizeLimit"
+
+    if resource in workloads.WORKLOADS:  # pod templates (workloads.py)
+        spec = _d(obj.get("spec"))
+        tpl, p = _d(spec.get("template")), "spec.template.spec"
+        if resource == "cronjobs":
+            tpl = _d(_d(_d(spec.get("jobTemplate")).get("spec")).get("template"))
+            p = "spec.jobTemplate.spec.template.spec"
+        yield from pod_spec(_d(tpl.get("spec")), p)
+    elif resource == "pods":
+        spec, status = _d(obj.get("spec")), _d(obj.get("status"))
+        yield from pod_spec(spec, "spec")
         for field in _STATUS_CONTAINERS:
             for i, cs in enumerate(_l(status.get(field))):
                 cs = _d(cs)
@@ -211,6 +235,8 @@ def normalize(rt: ResourceType, obj: dict[str, Any]) -> None:
             err = _base64_error(str(v or ""))
             if err:
                 raise _decode_error(rt, err)
+    elif rt.name in workloads.WORKLOADS:
+        workloads.default(rt.name, obj)  # the v1 defaults (apps, batch, networking)
 
 
 def _lookup(rt: ResourceType, obj: dict[str, Any]) -> Callable[[str, Any], GoQuantity]:

@@ -108,15 +108,16 @@ def test_reapplying_a_non_canonical_quantity_writes_again(
 
 
 def test_put_needs_the_name_of_the_url(v1: client.CoreV1Api) -> None:
-    cm = v1.read_namespaced_config_map("default-mig-parted-config", "gpu-operator")
+    cm = v1.read_namespaced_config_map("gpu-quota-portal-mig-config", "gpu-operator")
     cm.metadata.name = None
     with pytest.raises(ApiException) as ei:
-        v1.replace_namespaced_config_map("default-mig-parted-config", "gpu-operator", cm)
+        v1.replace_namespaced_config_map("gpu-quota-portal-mig-config", "gpu-operator", cm)
     assert ei.value.status == 400
     status = json.loads(ei.value.body)
     assert (status["reason"], status["message"]) == (
         "BadRequest",
-        "the name of the object () does not match the name on the URL (default-mig-parted-config)",
+        "the name of the object () does not match the name on the URL "
+        "(gpu-quota-portal-mig-config)",
     )
     with pytest.raises(ApiException) as ei:  # checked before the object is looked up
         v1.replace_namespaced_config_map("missing", "gpu-operator", {"metadata": {}})

@@ -88,7 +88,7 @@ def test_v3_caching(sim: SimCluster) -> None:
         {"Accept": "application/com.github.proto-openapi.spec.v3@v1.0+protobuf"},
     )
     assert code == 406
-    code, _, _ = _get(sim, "/openapi/v3/apis/apps/v1")
+    code, _, _ = _get(sim, "/openapi/v3/apis/storage.k8s.io/v1")
     assert code == 404
 
 

@@ -153,6 +153,9 @@ def test_mig_manager_protocol(sim: SimCluster, v1: client.CoreV1Api) -> None:
     assert sim.wait_for_controllers()  # graceful deletion: the GPUs are free once they are gone
     v1.patch_node("a100-02", {"metadata": {"labels": {"nvidia.com/mig.config": "all-balanced"}}})
     assert _wait_state(v1, "a100-02", {"success"}) == "success"
+    # the device plugin and GFD restart after `success` (gpuoperator devicePluginRestart)
+    sim.clock.advance(sim.gpu_operator.device_plugin_restart_s)
+    wait_until(lambda: "nvidia.com/mig-3g.40gb" in v1.read_node("a100-02").status.capacity)
     n = v1.read_node("a100-02")
     assert n.status.capacity["nvidia.com/mig-3g.40gb"] == "8"
     assert n.status.capacity["nvidia.com/mig-1g.10gb"] == "16"
@@ -162,7 +165,7 @@ def test_mig_manager_protocol(sim: SimCluster, v1: client.CoreV1Api) -> None:
 
 def test_mig_stuck_fault(sim: SimCluster, v1: client.CoreV1Api) -> None:
     sim.faults.update(mig_stuck=True)
-    v1.patch_node("h200-00", {"metadata": {"labels": {"nvidia.com/mig.config": "all-1g.18gb"}}})
+    v1.patch_node("h200-00", {"metadata": {"labels": {"nvidia.com/mig.config": "all-enabled"}}})
     time.sleep(0.3)
     assert v1.read_node("h200-00").metadata.labels["nvidia.com/mig.config.state"] == "pending"
 
