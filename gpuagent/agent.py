@@ -133,6 +133,11 @@ class Agent:
                 if self.stopping or self.wait(delay):
                     break
         finally:
+            # Release NVML before exiting: mig-manager pauses GPU clients (SIGTERM through the
+            # DaemonSet's nodeSelector) so that no process holds NVML during a MIG change.
+            released = self.reader.initialized
             self.reader.close()
+            if released:
+                log.info("NVML released (nvmlShutdown)")
             if self.sender is not None and self.sender.buffer:
                 log.info("exiting with %d undelivered report(s)", len(self.sender.buffer))

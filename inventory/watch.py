@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from django.db import close_old_connections, connection
 
@@ -20,22 +21,55 @@ from .sync import apply_node_changes
 log = logging.getLogger(__name__)
 
 
+class Progress:
+    """When each cluster's watch thread last made progress (a watch started, an event came).
+
+    ``manage.py watch_inventory`` touches its liveness heartbeat only while every thread
+    is fresh, so one wedged thread (a hung connection) fails the probe.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def mark(self, slug: str) -> None:
+        with self._lock:
+            self._last[slug] = time.monotonic()
+
+    def stalest_age(self) -> float:
+        """Seconds since the least recent progress of any thread (0 without threads)."""
+        with self._lock:
+            oldest = min(self._last.values(), default=None)
+        return 0.0 if oldest is None else time.monotonic() - oldest
+
+
 def watch_cluster(
-    cluster: Cluster, stop: threading.Event, *, timeout_s: int = 60, backoff_s: float = 5.0
+    cluster: Cluster,
+    stop: threading.Event,
+    *,
+    timeout_s: int = 60,
+    backoff_s: float = 5.0,
+    progress: Progress | None = None,
 ) -> None:
     """Watch the cluster's nodes until ``stop`` is set; errors back off and relist."""
+    progress = progress or Progress()
     try:
-        _watch(cluster, stop, timeout_s, backoff_s)
+        _watch(cluster, stop, timeout_s, backoff_s, progress)
     finally:
         connection.close()  # this thread's own database connection
 
 
-def _watch(cluster: Cluster, stop: threading.Event, timeout_s: int, backoff_s: float) -> None:
+def _watch(
+    cluster: Cluster, stop: threading.Event, timeout_s: int, backoff_s: float, progress: Progress
+) -> None:
     while not stop.is_set():
+        progress.mark(cluster.slug)
         try:
             with KubeGateway(cluster) as gw:
                 version = gw.list_resource_version("nodes")
+                progress.mark(cluster.slug)
                 for kind, obj in gw.watch("nodes", version, timeout_seconds=timeout_s):
+                    progress.mark(cluster.slug)
                     if stop.is_set():
                         break
                     close_old_connections()
@@ -54,12 +88,17 @@ def _watch(cluster: Cluster, stop: threading.Event, timeout_s: int, backoff_s: f
             stop.wait(backoff_s)
 
 
-def watch_all(stop: threading.Event, *, timeout_s: int = 60) -> list[threading.Thread]:
+def watch_all(
+    stop: threading.Event, *, timeout_s: int = 60, progress: Progress | None = None
+) -> list[threading.Thread]:
     """One watching thread per enabled cluster."""
     threads = []
     for cluster in Cluster.objects.filter(sync_enabled=True):
+        if progress is not None:
+            progress.mark(cluster.slug)
         thread = threading.Thread(
-            target=watch_cluster, args=(cluster, stop), kwargs={"timeout_s": timeout_s},
+            target=watch_cluster, args=(cluster, stop),
+            kwargs={"timeout_s": timeout_s, "progress": progress},
             name=f"watch-{cluster.slug}", daemon=True,
         )  # fmt: skip
         thread.start()

@@ -12,7 +12,11 @@ MANIFEST = Path(__file__).resolve().parents[2] / "deploy/kubernetes/agent-daemon
 def test_daemonset_runs_on_gpu_nodes_unprivileged_with_node_identity():
     docs = {d["kind"]: d for d in yaml.safe_load_all(MANIFEST.read_text())}
     pod = docs["DaemonSet"]["spec"]["template"]["spec"]
-    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    # gpu.deploy.client: the GPU Operator's pause protocol (docs/install.md, tests/deploy/).
+    assert pod["nodeSelector"] == {
+        "nvidia.com/gpu.present": "true",
+        "nvidia.com/gpu.deploy.client": "true",
+    }
     assert pod["runtimeClassName"] == "nvidia"
     assert pod["automountServiceAccountToken"] is False
     (container,) = pod["containers"]

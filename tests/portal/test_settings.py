@@ -1,5 +1,6 @@
 """Production settings: secure by default, and refuse to start without real secrets."""
 
+import json
 import os
 import secrets
 import subprocess
@@ -44,3 +45,23 @@ def test_secret_key_can_come_from_a_file(tmp_path):
     key_file.write_text(secrets.token_urlsafe(64) + "\n")
     result = _manage("check", SECRET_KEY_FILE=str(key_file), ALLOWED_HOSTS="portal.example.org")
     assert result.returncode == 0, result.stderr
+
+
+def test_production_serves_probes_and_the_in_cluster_host_first():
+    """portal/middleware.py runs before every host check; the Service names are allowed and
+    can be turned off (docs/install.md, "Hosts, TLS and the in-cluster path")."""
+    code = (
+        "from django.conf import settings as s; import json; print(json.dumps("
+        "[s.MIDDLEWARE[0], s.ALLOWED_HOSTS, s.SECURE_REDIRECT_EXEMPT]))"
+    )
+    key = secrets.token_urlsafe(64)
+    result = _manage("shell", "-c", code, SECRET_KEY=key, ALLOWED_HOSTS="portal.example.org")
+    assert result.returncode == 0, result.stderr
+    first, hosts, exempt = json.loads(result.stdout.splitlines()[-1])
+    assert first == "portal.middleware.HostRoutingMiddleware"
+    assert hosts == ["portal.example.org", "portal-web.gpu-quota-portal.svc",
+                     "portal-web.gpu-quota-portal.svc.cluster.local"]  # fmt: skip
+    assert r"^api/v1/agent/reports/$" in exempt
+    result = _manage("shell", "-c", code, SECRET_KEY=key, ALLOWED_HOSTS="portal.example.org",
+                     PORTAL_INTERNAL_HOSTS="")  # fmt: skip
+    assert json.loads(result.stdout.splitlines()[-1])[1] == ["portal.example.org"]

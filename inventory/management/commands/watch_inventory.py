@@ -7,7 +7,12 @@ import threading
 
 from django.core.management.base import BaseCommand
 
-from inventory.watch import watch_all
+from inventory.watch import Progress, watch_all
+from portal import liveness
+
+# By default a thread is stale when it has neither started a watch nor seen an event for
+# this long beyond its watch timeout (the server ends each watch after --timeout seconds).
+STALE_GRACE_S = 60
 
 
 class Command(BaseCommand):
@@ -15,13 +20,31 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--timeout", type=int, default=60, help="seconds per watch request")
+        parser.add_argument(
+            "--heartbeat", type=float, default=10, help="seconds between liveness heartbeats"
+        )
+        parser.add_argument(
+            "--stale-after",
+            type=float,
+            default=None,
+            help=f"seconds without progress of a watch thread before the heartbeat stops "
+            f"(default: --timeout + {STALE_GRACE_S})",
+        )
 
     def handle(self, *args, **opts):
         stop = threading.Event()
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: stop.set())
-        threads = watch_all(stop, timeout_s=opts["timeout"])
+        progress = Progress()
+        threads = watch_all(stop, timeout_s=opts["timeout"], progress=progress)
         self.stdout.write(f"watching nodes of {len(threads)} cluster(s)")
-        stop.wait()
+        # Liveness (portal/liveness.py): the heartbeat is touched only while every watch
+        # thread is making progress.
+        limit = opts["stale_after"] or opts["timeout"] + STALE_GRACE_S
+        while True:
+            if progress.stalest_age() <= limit and all(t.is_alive() for t in threads):
+                liveness.touch("watcher")
+            if stop.wait(opts["heartbeat"]):
+                break
         for thread in threads:
             thread.join(opts["timeout"] + 15)

@@ -1,0 +1,67 @@
+"""Requests that do not come through the public host: kubelet probes and in-cluster agents.
+
+``HostRoutingMiddleware`` is the first middleware in production (``settings_production``):
+
+- **Probes.** The kubelet sends ``Host: <pod IP>:<port>`` (and Prometheus, scraping pods,
+  does too). Django's ``HttpRequest.get_host()`` refuses any host not in ``ALLOWED_HOSTS``
+  with ``DisallowedHost`` (400), and ``CommonMiddleware`` calls it on every request. So
+  ``GET`` of a path in ``PORTAL_PROBE_PATHS`` (``/healthz``, ``/readyz``, ``/metrics``) is
+  answered here, by the view the URLconf names, before any middleware validates the host.
+  These views read no session and no host; ``/metrics`` still needs its bearer token.
+- **In-cluster agents.** Node agents post to ``http://portal-web.gpu-quota-portal.svc``
+  (plain HTTP inside the cluster; TLS ends at the ingress). Hosts in
+  ``PORTAL_INTERNAL_HOSTS`` are allowed (settings add them to ``ALLOWED_HOSTS``) for the
+  paths in ``PORTAL_INTERNAL_PATHS`` only, everything else there is a 404; a forwarded
+  protocol header is dropped on them because they never pass through the TLS proxy.
+  Django's ``SecurityMiddleware`` exempts those paths from the HTTPS redirect
+  (``SECURE_REDIRECT_EXEMPT``, which matches paths, not hosts), so this middleware does the
+  redirect itself for them on every other host: the public host still answers plain HTTP
+  with a 301 to https, and HSTS and secure cookies are unchanged.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.auth.models import AnonymousUser
+from django.http import HttpResponsePermanentRedirect, JsonResponse
+from django.http.request import split_domain_port
+from django.urls import resolve
+
+
+class HostRoutingMiddleware:
+    def __init__(self, get_response):
+        self.get_response = get_response
+        self.probe_paths = frozenset(settings.PORTAL_PROBE_PATHS)
+        self.internal_hosts = frozenset(h.lower() for h in settings.PORTAL_INTERNAL_HOSTS)
+        self.internal_paths = frozenset(settings.PORTAL_INTERNAL_PATHS)
+        proxy_header = getattr(settings, "SECURE_PROXY_SSL_HEADER", None)
+        self.proxy_header = proxy_header[0] if proxy_header else None
+
+    def __call__(self, request):
+        if request.method == "GET" and request.path_info in self.probe_paths:
+            return self._probe(request)
+        domain, _ = split_domain_port(request.META.get("HTTP_HOST", ""))
+        if domain in self.internal_hosts:
+            if self.proxy_header:
+                request.META.pop(self.proxy_header, None)
+            if request.path_info not in self.internal_paths:
+                return JsonResponse(
+                    {"detail": "Only the agent API is served on the in-cluster host."},
+                    status=404,
+                )
+        elif (
+            request.path_info in self.internal_paths
+            and settings.SECURE_SSL_REDIRECT
+            and not request.is_secure()
+        ):
+            # What SecurityMiddleware would do, had the path not been exempted for the
+            # in-cluster host. get_host() validates the host (400 when not allowed).
+            host = settings.SECURE_SSL_HOST or request.get_host()
+            return HttpResponsePermanentRedirect(f"https://{host}{request.get_full_path()}")
+        return self.get_response(request)
+
+    def _probe(self, request):
+        match = resolve(request.path_info)
+        # No session middleware ran: a probe is anonymous (metrics then need the token).
+        request.user = AnonymousUser()
+        return match.func(request, *match.args, **match.kwargs)
