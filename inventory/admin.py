@@ -1,10 +1,39 @@
+from django import forms
 from django.contrib import admin
 
 from .models import Cluster, GpuPod, NamespaceUsage, Node, NodeResource, SyncRun
 
 
+class ClusterAdminForm(forms.ModelForm):
+    """The bearer token is write-only here too, as on the connect page and in the API."""
+
+    bearer_token = forms.CharField(
+        required=False,
+        max_length=4096,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
+        help_text="Never shown again. Leave empty to keep the stored token.",
+    )
+    api_url = forms.URLField(
+        required=False, max_length=500, assume_scheme="https", label="API server URL"
+    )
+
+    class Meta:
+        model = Cluster
+        fields = [
+            "name", "slug", "description", "sync_enabled", "auth_method", "kubeconfig_path",
+            "kubeconfig_context", "api_url", "bearer_token", "bearer_token_file", "ca_cert",
+            "verify_tls",
+        ]  # fmt: skip
+
+    def clean_bearer_token(self):
+        token = self.cleaned_data.get("bearer_token", "")
+        stored = self.instance.bearer_token if self.instance.pk else ""
+        return token or stored
+
+
 @admin.register(Cluster)
 class ClusterAdmin(admin.ModelAdmin):
+    form = ClusterAdminForm
     list_display = ["name", "slug", "auth_method", "sync_enabled", "sync_status", "last_success_at"]
     list_filter = ["auth_method", "sync_enabled", "sync_status"]
     prepopulated_fields = {"slug": ["name"]}

@@ -1,7 +1,12 @@
-"""REST API for clusters, nodes and the fleet summary (read-only; admins can trigger syncs)."""
+"""REST API for clusters, nodes and the fleet summary.
+
+Nodes and the summary are read-only. Admins connect and edit clusters (the preflight runs
+before anything is saved, ``connect.py``), re-run a cluster's preflight, and trigger syncs.
+"""
 
 from __future__ import annotations
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Count, Prefetch, Q
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -9,10 +14,11 @@ from drf_spectacular.utils import (
     extend_schema_field,
     inline_serializer,
 )
-from rest_framework import permissions, serializers, status, viewsets
+from rest_framework import mixins, permissions, serializers, status, viewsets
 from rest_framework.decorators import action, api_view
 from rest_framework.response import Response
 
+from .connect import CONNECT_FIELDS, connect, describe, rerun
 from .filters import NodeFilter
 from .health import node_badges, usual_drivers
 from .models import Cluster, GpuPod, Node, NodeResource, SyncRun
@@ -29,18 +35,109 @@ class SyncRunSerializer(serializers.ModelSerializer):
         ]  # fmt: skip
 
 
+class PreflightFindingSerializer(serializers.Serializer):
+    check = serializers.CharField(help_text="version, identity, permissions, gpu-operator, "
+                                  "mig-strategy, mig-config, gfd, limits")  # fmt: skip
+    level = serializers.ChoiceField(choices=["ok", "warning", "error"])
+    summary = serializers.CharField()
+    fix = serializers.CharField()
+    items = serializers.ListField(
+        child=serializers.DictField(),
+        help_text="permissions: key, verb, resource, group, namespace, name, feature, "
+        "granted, reason, rule (the RBAC rule to add, YAML); gfd: node; limits: namespace, "
+        "kind, name, limits",
+    )
+
+
+class PreflightReportSerializer(serializers.Serializer):
+    status = serializers.CharField(help_text="the worst level of the findings")
+    ran_at = serializers.CharField()
+    server_version = serializers.CharField()
+    identity = serializers.CharField()
+    namespaces = serializers.ListField(child=serializers.CharField())
+    missing_permissions = serializers.ListField(child=serializers.CharField())
+    findings = PreflightFindingSerializer(many=True)
+
+
 class ClusterSerializer(serializers.ModelSerializer):
     is_stale = serializers.BooleanField(read_only=True)
     node_count = serializers.IntegerField(read_only=True)
+    preflight = serializers.SerializerMethodField()
 
     class Meta:
         model = Cluster
         fields = [
             "id", "slug", "name", "description", "auth_method", "sync_enabled", "sync_status",
             "is_stale", "last_sync_at", "last_success_at", "last_error", "server_version",
-            "node_count",
+            "node_count", "kubeconfig_path", "kubeconfig_context", "api_url",
+            "bearer_token_file", "verify_tls", "preflight_namespaces", "preflight_status",
+            "preflight_at", "missing_permissions", "permissions_checked_at", "preflight",
         ]  # fmt: skip
         read_only_fields = fields
+
+    @extend_schema_field(PreflightReportSerializer(allow_null=True))
+    def get_preflight(self, cluster: Cluster) -> dict | None:
+        """The last report, for admins (it names every team's namespaces and quotas)."""
+        return (cluster.preflight or None) if self._staff else None
+
+    @property
+    def _staff(self) -> bool:
+        request = self.context.get("request")
+        return bool(request and request.user.is_staff)
+
+    def to_representation(self, instance):
+        data = super().to_representation(instance)
+        if not self._staff:
+            data["preflight_namespaces"] = []
+        return data
+
+
+class ClusterConnectSerializer(serializers.ModelSerializer):
+    """What an admin sends to connect or edit a cluster. ``bearer_token`` is write-only
+    (never returned); on an edit, leaving it out keeps the stored one."""
+
+    bearer_token = serializers.CharField(
+        write_only=True, required=False, allow_blank=True, max_length=4096,
+        style={"input_type": "password"},
+    )  # fmt: skip
+    preflight_namespaces = serializers.ListField(
+        child=serializers.CharField(max_length=63), required=False, max_length=50,
+        help_text="Namespaces to check for existing GPU limits, besides the team namespaces",
+    )  # fmt: skip
+    save_anyway = serializers.BooleanField(
+        write_only=True, required=False, default=False,
+        help_text="Save although the preflight found errors (recorded in the audit trail)",
+    )  # fmt: skip
+
+    class Meta:
+        model = Cluster
+        fields = [*CONNECT_FIELDS, "save_anyway"]
+        extra_kwargs = {"slug": {"required": True}}
+
+    def validate(self, attrs):
+        attrs = dict(attrs)
+        save_anyway = attrs.pop("save_anyway", False)
+        cluster = self.instance or Cluster()
+        typed = bool(attrs.get("bearer_token"))
+        if self.instance is not None and attrs.get("slug", cluster.slug) != cluster.slug:
+            raise serializers.ValidationError({"slug": ["A cluster's slug cannot change."]})
+        for name, value in attrs.items():
+            setattr(cluster, name, value)
+        if cluster.auth_method != Cluster.AuthMethod.TOKEN or (
+            cluster.bearer_token_file and not typed
+        ):
+            cluster.bearer_token = ""
+        try:
+            cluster.clean()
+        except DjangoValidationError as err:
+            raise serializers.ValidationError(err.message_dict) from err
+        return {"cluster": cluster, "save_anyway": save_anyway}
+
+
+class PreflightRefusedSerializer(serializers.Serializer):
+    detail = serializers.CharField()
+    save_anyway = serializers.ListField(child=serializers.CharField())
+    preflight = PreflightReportSerializer()
 
 
 class NodeResourceSerializer(serializers.ModelSerializer):
@@ -110,17 +207,83 @@ class NodeDetailSerializer(NodeSerializer):
         ]
 
 
-class ClusterViewSet(viewsets.ReadOnlyModelViewSet):
-    """Configured clusters with their sync state. Credentials are never returned."""
+_CONNECT_RESPONSES = {400: PreflightRefusedSerializer}
+
+
+class ClusterViewSet(
+    mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet
+):
+    """Configured clusters with their sync state and last preflight. Tokens are never
+    returned. Admins connect (POST) and edit (PUT/PATCH) clusters: the preflight runs
+    first, and errors refuse the save (400 with the report) unless ``save_anyway``."""
 
     serializer_class = ClusterSerializer
     lookup_field = "slug"
-    filterset_fields = ["sync_status", "sync_enabled"]
+    filterset_fields = ["sync_status", "sync_enabled", "preflight_status"]
 
     def get_queryset(self):
         return Cluster.objects.annotate(
             node_count=Count("nodes", filter=Q(nodes__gone_at__isnull=True))
         ).order_by("name")
+
+    def get_permissions(self):
+        if self.action in ("create", "update", "partial_update", "preflight"):
+            return [permissions.IsAdminUser()]
+        return super().get_permissions()
+
+    def get_serializer_class(self):
+        if self.action in ("create", "update", "partial_update"):
+            return ClusterConnectSerializer
+        return ClusterSerializer
+
+    def _connected(self, serializer, before, created: bool) -> Response:
+        data = serializer.validated_data
+        outcome = connect(data["cluster"], actor=self.request.user,
+                          save_anyway=data["save_anyway"], before=before)  # fmt: skip
+        if not outcome.saved:
+            return Response(
+                {
+                    "detail": "The preflight found errors; nothing was saved. Fix them, "
+                    "or send save_anyway=true.",
+                    "save_anyway": ["The preflight found errors."],
+                    "preflight": outcome.report.as_dict(),
+                },
+                status=status.HTTP_400_BAD_REQUEST,
+            )
+        cluster = self.get_queryset().get(pk=data["cluster"].pk)
+        code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
+        body = ClusterSerializer(cluster, context=self.get_serializer_context()).data
+        return Response(body, status=code)
+
+    @extend_schema(responses={201: ClusterSerializer, **_CONNECT_RESPONSES})
+    def create(self, request, *args, **kwargs):
+        """Connect a cluster (admins): validate, run the preflight, save."""
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        return self._connected(serializer, None, created=True)
+
+    @extend_schema(responses={200: ClusterSerializer, **_CONNECT_RESPONSES})
+    def update(self, request, *args, **kwargs):
+        """Edit a cluster's connection (admins); the preflight runs again before saving."""
+        instance = self.get_object()
+        before = describe(instance)
+        serializer = self.get_serializer(
+            instance, data=request.data, partial=kwargs.pop("partial", False)
+        )
+        serializer.is_valid(raise_exception=True)
+        return self._connected(serializer, before, created=False)
+
+    @extend_schema(responses={200: ClusterSerializer, **_CONNECT_RESPONSES})
+    def partial_update(self, request, *args, **kwargs):
+        kwargs["partial"] = True
+        return self.update(request, *args, **kwargs)
+
+    @extend_schema(request=None, responses={200: PreflightReportSerializer})
+    @action(detail=True, methods=["post"])
+    def preflight(self, request, slug=None):
+        """Run the cluster's preflight again (admins) and keep the result."""
+        report = rerun(self.get_object(), actor=request.user)
+        return Response(report.as_dict())
 
     @extend_schema(responses=SyncRunSerializer(many=True))
     @action(detail=True, methods=["get"], url_path="sync-runs")

@@ -20,6 +20,8 @@ GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 
 
+_DNS_LABEL_RE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+MAX_PREFLIGHT_NAMESPACES = 50
 _SHARED_SUFFIX_RE = re.compile(r"-SHARED$", re.IGNORECASE)
 _MIG_SUFFIX_RE = re.compile(r"-MIG-(?:INVALID|[1-9]g\.[0-9]+gb(?:[+.]me)?)$", re.IGNORECASE)
 
@@ -76,6 +78,18 @@ class Cluster(models.Model):
     server_version = models.CharField(max_length=50, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
+    # The connection preflight (inventory/preflight.py): namespaces it checks besides the
+    # cluster's team namespaces, its last report, and the permissions found missing by it
+    # or by the periodic re-check (inventory.tasks.recheck_permissions; /readyz reads it).
+    preflight_namespaces = models.JSONField(default=list, blank=True)
+    preflight = models.JSONField(default=dict, blank=True)
+    preflight_status = models.CharField(
+        max_length=10, blank=True, choices=[(v, v) for v in ("ok", "warning", "error")]
+    )
+    preflight_at = models.DateTimeField(null=True, blank=True)
+    missing_permissions = models.JSONField(default=list, blank=True)
+    permissions_checked_at = models.DateTimeField(null=True, blank=True)
+
     class Meta:
         ordering = ["name"]
 
@@ -83,14 +97,18 @@ class Cluster(models.Model):
         return self.name
 
     def clean(self) -> None:
-        errors: dict[str, str] = {}
-        if self.auth_method == self.AuthMethod.KUBECONFIG and not self.kubeconfig_path:
-            errors["kubeconfig_path"] = "A kubeconfig path is required for this method."
-        if self.auth_method == self.AuthMethod.TOKEN:
-            if not self.api_url:
-                errors["api_url"] = "The API server URL is required for token access."
-            if not (self.bearer_token or self.bearer_token_file):
-                errors["bearer_token"] = "Give a bearer token or a file that holds one."
+        """Credentials that cannot work (per auth method, inventory/connect.py) and the
+        namespaces to check are refused with one message per field."""
+        from .connect import credential_errors
+
+        errors = credential_errors(self)
+        names = self.preflight_namespaces
+        if not isinstance(names, list) or not all(
+            isinstance(n, str) and _DNS_LABEL_RE.fullmatch(n) for n in names
+        ):
+            errors["preflight_namespaces"] = "Give namespace names (DNS labels), one per entry."
+        elif len(names) > MAX_PREFLIGHT_NAMESPACES:
+            errors["preflight_namespaces"] = f"At most {MAX_PREFLIGHT_NAMESPACES} namespaces."
         if errors:
             raise ValidationError(errors)
 

@@ -43,3 +43,18 @@ def sync_cluster_task(cluster_id: str, trigger: str = "beat") -> str | None:
         f" ({run.error})" if run.error else "",
     )
     return run.status
+
+
+@shared_task(ignore_result=True)
+def recheck_permissions() -> int:
+    """Re-ask every enabled cluster's permissions (inventory/preflight.py); /readyz reads
+    the result. Returns how many clusters miss at least one."""
+    from .preflight import recheck_permissions as recheck
+
+    missing = 0
+    for cluster in Cluster.objects.filter(sync_enabled=True):
+        lost = recheck(cluster)
+        if lost:
+            log.warning("cluster %s misses permissions: %s", cluster.slug, ", ".join(lost))
+            missing += 1
+    return missing

@@ -9,6 +9,9 @@ urlpatterns = [
     path("nodes/", views.node_list, name="nodes"),
     path("nodes/<uuid:pk>/", views.node_detail, name="node"),
     path("clusters/", views.cluster_list, name="clusters"),
+    path("connect-cluster/", views.cluster_connect, name="cluster-connect"),
     path("clusters/<slug:slug>/", views.cluster_detail, name="cluster"),
+    path("clusters/<slug:slug>/edit/", views.cluster_edit, name="cluster-edit"),
+    path("clusters/<slug:slug>/preflight/", views.cluster_preflight, name="cluster-preflight"),
     path("clusters/<slug:slug>/sync/", views.cluster_sync, name="cluster-sync"),
 ]

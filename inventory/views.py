@@ -18,9 +18,12 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 from kombu.exceptions import OperationalError
 
+from .connect import connect, describe, rerun
 from .filters import NodeFilter
+from .forms import ClusterForm
 from .health import node_badges, usual_drivers
 from .models import GPU_RESOURCE, Cluster, Node
+from .preflight import report_from
 from .summary import fleet_summary, fleet_totals
 
 log = logging.getLogger(__name__)
@@ -135,6 +138,7 @@ def cluster_detail(request: HttpRequest, slug: str) -> HttpResponse:
             "cluster": cluster,
             "runs": cluster.sync_runs.all()[:SYNC_RUNS_SHOWN],
             "summaries": fleet_summary(Node.objects.filter(cluster=cluster)),
+            "report": report_from(cluster.preflight),
         },
     )
 
@@ -157,4 +161,62 @@ def cluster_sync(request: HttpRequest, slug: str) -> HttpResponse:
         messages.success(
             request, f"Sync of {cluster.name} queued. Reload in a few seconds to see the run."
         )
+    return redirect("inventory:cluster", slug=cluster.slug)
+
+
+def _staff_only(request: HttpRequest) -> None:
+    if not request.user.is_staff:
+        raise PermissionDenied("Only admins can connect or change clusters.")
+
+
+def _connect_page(request: HttpRequest, cluster: Cluster | None) -> HttpResponse:
+    """Connect (``cluster`` None) or edit: preflight first, save when it passes."""
+    _staff_only(request)
+    before = describe(cluster) if cluster is not None else None
+    form = ClusterForm(request.POST or None, instance=cluster)
+    report = None
+    if request.method == "POST" and form.is_valid():
+        outcome = connect(
+            form.instance,
+            actor=request.user,
+            save_anyway=form.cleaned_data["save_anyway"],
+            before=before,
+        )
+        if outcome.saved:
+            messages.success(
+                request, f"{form.instance.name} saved; preflight: {outcome.report.status}."
+            )
+            return redirect("inventory:cluster", slug=form.instance.slug)
+        report = outcome.report
+        form.add_error(
+            "save_anyway", "The preflight found errors: fix them, or tick this to save anyway."
+        )
+    status = 400 if request.method == "POST" else 200
+    return render(
+        request,
+        "inventory/cluster_form.html",
+        {"form": form, "cluster": cluster, "report": report},
+        status=status,
+    )
+
+
+@login_required
+def cluster_connect(request: HttpRequest) -> HttpResponse:
+    return _connect_page(request, None)
+
+
+@login_required
+def cluster_edit(request: HttpRequest, slug: str) -> HttpResponse:
+    return _connect_page(request, get_object_or_404(Cluster, slug=slug))
+
+
+@require_POST
+@login_required
+def cluster_preflight(request: HttpRequest, slug: str) -> HttpResponse:
+    """Admins: run the preflight of a stored cluster again (it shows on the cluster page)."""
+    _staff_only(request)
+    cluster = get_object_or_404(Cluster, slug=slug)
+    report = rerun(cluster, actor=request.user)
+    level = messages.success if report.status == "ok" else messages.warning
+    level(request, f"Preflight of {cluster.name}: {report.status}.")
     return redirect("inventory:cluster", slug=cluster.slug)

@@ -52,7 +52,9 @@ def readyz(request):
     """503 when the database or the broker is unreachable.
 
     Stale clusters make the answer ``degraded`` but still 200: the portal keeps serving
-    the last good inventory, and pulling it out of a load balancer would not help.
+    the last good inventory, and pulling it out of a load balancer would not help. So does
+    a cluster on which the last preflight or permission re-check found a permission
+    missing (inventory/preflight.py), named under ``missing_permissions``.
     """
     checks = {"database": _check_database(), "broker": _check_broker()}
     clusters = {}
@@ -64,8 +66,10 @@ def readyz(request):
                 "last_success_age_s": None if age is None else round(age.total_seconds()),
                 "last_error": c.last_error or None,
             }
+            if c.missing_permissions:
+                clusters[c.slug]["missing_permissions"] = list(c.missing_permissions)
     failing = {name: err for name, err in checks.items() if err}
-    stale = any(c["status"] == "stale" for c in clusters.values())
+    stale = any(c["status"] == "stale" or "missing_permissions" in c for c in clusters.values())
     body = {
         "status": "fail" if failing else ("degraded" if stale else "ok"),
         "checks": {name: (err or "ok") for name, err in checks.items()},
@@ -153,7 +157,7 @@ class QuotaCollector:
             .values_list("status")
             .annotate(n=Count("id"))
         )
-        for status in ("pending", "running", "failed"):
+        for status in ("pending", "running", "confirm", "failed"):  # confirm: waits for an admin
             ops.add_metric([status], counts.get(status, 0))
         yield ops
 

@@ -1,0 +1,162 @@
+"""Connecting a cluster: credential checks per auth method, then preflight, then save.
+
+Shared by the connect/edit page (``forms.py``), the API (``api.py``) and the admin (through
+``Cluster.clean``), so all three refuse the same input with the same messages. Saving
+runs the preflight first (``preflight.py``); a report with errors blocks the save unless
+the admin says "save anyway", which the audit trail records.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+from django.db import transaction
+
+from .models import Cluster
+from .preflight import ERROR, STORED_FIELDS, Report, run_preflight, store
+
+# Fields an admin may set; the credentials among them are never shown back.
+CONNECT_FIELDS = [
+    "slug", "name", "description", "auth_method", "kubeconfig_path", "kubeconfig_context",
+    "api_url", "bearer_token", "bearer_token_file", "ca_cert", "verify_tls", "sync_enabled",
+    "preflight_namespaces",
+]  # fmt: skip
+SECRET_FIELDS = frozenset({"bearer_token"})
+
+
+def _readable(path: str) -> str | None:
+    """An error message when ``path`` is not a readable file, else None."""
+    p = Path(path)
+    if not p.is_absolute():
+        return "Give an absolute path (the portal's working directory is not yours)."
+    if not p.is_file():
+        return f"No file at {path} (as seen by the portal's processes)."
+    if not os.access(p, os.R_OK):
+        return f"{path} exists but the portal cannot read it."
+    return None
+
+
+def _kubeconfig_errors(cluster: Cluster) -> dict[str, str]:
+    if not cluster.kubeconfig_path:
+        return {"kubeconfig_path": "A kubeconfig path is required for this method."}
+    problem = _readable(cluster.kubeconfig_path)
+    if problem:
+        return {"kubeconfig_path": problem}
+    try:
+        data = yaml.safe_load(Path(cluster.kubeconfig_path).read_text()) or {}
+    except (OSError, yaml.YAMLError, UnicodeDecodeError) as err:
+        return {"kubeconfig_path": f"Not a kubeconfig (YAML): {str(err)[:200]}"}
+    if not isinstance(data, dict):
+        return {"kubeconfig_path": "Not a kubeconfig: expected a YAML mapping."}
+    contexts = [c.get("name") for c in data.get("contexts") or [] if isinstance(c, dict)]
+    wanted = cluster.kubeconfig_context or data.get("current-context") or ""
+    if not wanted:
+        return {"kubeconfig_context": "The kubeconfig has no current-context: name one."}
+    if wanted not in contexts:
+        known = ", ".join(str(c) for c in contexts) or "none"
+        return {"kubeconfig_context": f"No context {wanted!r} in the kubeconfig (it has: {known})."}
+    return {}
+
+
+def _token_errors(cluster: Cluster) -> dict[str, str]:
+    errors: dict[str, str] = {}
+    if not cluster.api_url:
+        errors["api_url"] = "The API server URL is required for token access."
+    else:
+        scheme = urlsplit(cluster.api_url).scheme
+        if scheme != "https" and cluster.verify_tls:
+            errors["api_url"] = (
+                "Use an https:// URL: the token would travel in clear text "
+                "(untick TLS verification only for a test cluster)."
+            )
+    if cluster.bearer_token and cluster.bearer_token_file:
+        errors["bearer_token_file"] = "Give a token or a token file, not both."
+    elif cluster.bearer_token_file:
+        problem = _readable(cluster.bearer_token_file)
+        if problem:
+            errors["bearer_token_file"] = problem
+    elif not cluster.bearer_token:
+        errors["bearer_token"] = "Give a bearer token or a file that holds one."
+    if cluster.ca_cert:
+        try:
+            ssl.create_default_context(cadata=cluster.ca_cert)
+        except (ssl.SSLError, ValueError) as err:
+            errors["ca_cert"] = f"Not a PEM CA certificate: {err}"
+    return errors
+
+
+def credential_errors(cluster: Cluster) -> dict[str, str]:
+    """Field -> message for credentials that cannot work, checked without the network."""
+    method = cluster.auth_method
+    if method == Cluster.AuthMethod.KUBECONFIG:
+        return _kubeconfig_errors(cluster)
+    if method == Cluster.AuthMethod.TOKEN:
+        return _token_errors(cluster)
+    if method == Cluster.AuthMethod.IN_CLUSTER and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return {"auth_method": "The portal is not running in a Kubernetes pod "
+                               "(KUBERNETES_SERVICE_HOST is unset)."}  # fmt: skip
+    return {}
+
+
+def describe(cluster: Cluster) -> dict[str, Any]:
+    """The cluster's settings for the audit trail: credentials only as "set"."""
+    body: dict[str, Any] = {}
+    for name in CONNECT_FIELDS:
+        value = getattr(cluster, name)
+        body[name] = bool(value) if name in SECRET_FIELDS or name == "ca_cert" else value
+    body["preflight_status"] = cluster.preflight_status
+    return body
+
+
+@dataclass(slots=True)
+class Outcome:
+    report: Report
+    saved: bool
+
+
+def connect(
+    cluster: Cluster, *, actor, save_anyway: bool = False, before: dict | None = None
+) -> Outcome:
+    """Preflight, then save (errors block unless ``save_anyway``) and audit.
+
+    ``cluster`` is validated already (``full_clean``); ``before`` is :func:`describe` of
+    the stored row when editing one, None when connecting a new cluster.
+    """
+    from quotas import audit
+
+    report = run_preflight(cluster)
+    errors = report.status == ERROR
+    if errors and not save_anyway:
+        return Outcome(report, saved=False)
+    store(cluster, report)
+    note = ""
+    if errors:
+        failed = "; ".join(f.summary for f in report.findings if f.level == ERROR)
+        note = f"Saved despite preflight errors: {failed}"
+    with transaction.atomic():
+        # An edit writes only what the admin and the preflight set, not the sync's fields.
+        cluster.save(update_fields=None if before is None else CONNECT_FIELDS + STORED_FIELDS)
+        action = "cluster.connect" if before is None else "cluster.update"
+        audit.record(actor, action, cluster, before=before, after=describe(cluster), note=note)
+    return Outcome(report, saved=True)
+
+
+def rerun(cluster: Cluster, *, actor) -> Report:
+    """Run the preflight of a stored cluster again and keep the result."""
+    from quotas import audit
+
+    report = run_preflight(cluster)
+    before = {"preflight_status": cluster.preflight_status}
+    store(cluster, report)
+    with transaction.atomic():
+        cluster.save(update_fields=STORED_FIELDS)
+        audit.record(actor, "cluster.preflight", cluster, before=before,
+                     after={"preflight_status": report.status,
+                            "missing_permissions": report.missing_permissions})  # fmt: skip
+    return report
