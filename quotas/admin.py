@@ -2,6 +2,7 @@ from django.contrib import admin
 
 from .models import (
     AuditEvent,
+    ForeignQuota,
     Grant,
     Membership,
     Operation,
@@ -87,4 +88,19 @@ class AuditEventAdmin(admin.ModelAdmin):
         return False
 
     def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(ForeignQuota)
+class ForeignQuotaAdmin(admin.ModelAdmin):
+    """Read-only: decisions are taken on the namespace page (audited there)."""
+
+    list_display = ["name", "namespace", "decision", "seen_at", "gone_at"]
+    list_filter = ["decision"]
+    search_fields = ["name", "namespace__name"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
         return False

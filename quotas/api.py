@@ -22,7 +22,7 @@ from rest_framework import exceptions, mixins, renderers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from . import services
+from . import preview, services
 from .filters import AuditEventFilter, GrantFilter, OperationFilter, QuotaRequestFilter
 from .models import (
     AuditEvent,
@@ -109,6 +109,15 @@ class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedVi
     team_path = "pk"
     ordering_fields = ["name", "slug"]
     ordering = ["name"]
+
+    def get_serializer(self, *args, **kwargs):
+        """Loads the namespaces' limits in bulk (quotas/preview.py) for the teams shown."""
+        if args and self.action in ("list", "retrieve"):
+            teams = list(args[0]) if kwargs.get("many") else [args[0]]
+            context = kwargs.setdefault("context", self.get_serializer_context())
+            context["states"] = preview.states([ns for t in teams for ns in t.namespaces.all()])
+            args = (teams if kwargs.get("many") else teams[0], *args[1:])
+        return super().get_serializer(*args, **kwargs)
 
     @extend_schema(
         request=BaselineSerializer,

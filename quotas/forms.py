@@ -12,8 +12,10 @@ from django import forms
 from django.forms.boundfield import BoundField
 from django.utils import timezone
 
+from inventory.models import Cluster
+
 from .capacity import advertised_resources
-from .models import AuditEvent, NotificationOptOut, QuotaRequest, Team, TeamNamespace
+from .models import DNS_LABEL, AuditEvent, NotificationOptOut, QuotaRequest, Team, TeamNamespace
 
 DATETIME_LOCAL = "%Y-%m-%dT%H:%M"
 
@@ -238,4 +240,26 @@ class NotificationForm(forms.Form):
     @staticmethod
     def kinds_for(user) -> list[tuple[str, str]]:
         Kind = NotificationOptOut.Kind
-        return [(k, label) for k, label in Kind.choices if user.is_staff or k != Kind.NEW_REQUEST]
+        admin_only = {Kind.NEW_REQUEST, Kind.CONFIRM}
+        return [(k, label) for k, label in Kind.choices if user.is_staff or k not in admin_only]
+
+
+class OnboardForm(PortalForm):
+    """Link an existing Kubernetes namespace to a team; its quotas are read at once."""
+
+    team = forms.ModelChoiceField(queryset=Team.objects.all(), empty_label="Choose a team")
+    cluster = forms.ModelChoiceField(queryset=Cluster.objects.all(), empty_label="Choose a cluster")
+    name = forms.CharField(
+        max_length=63,
+        validators=[DNS_LABEL],
+        label="Namespace",
+        help_text="An existing namespace on that cluster.",
+    )
+
+
+class DecisionForm(PortalForm):
+    """A decision on a foreign quota, or a confirmation: an optional note for the audit."""
+
+    note = forms.CharField(required=False, max_length=2000, widget=forms.TextInput)
+    # The values the confirmation page showed (JSON), checked again on POST.
+    expected = forms.CharField(required=False, max_length=5000, widget=forms.HiddenInput)

@@ -86,6 +86,67 @@ class TeamNamespace(models.Model):
         return None if value is None else int(value)
 
 
+class ForeignQuota(models.Model):
+    """A ResourceQuota in a team namespace that the portal does not own, as last read.
+
+    Kubernetes enforces every quota of a namespace (GPU-FACTS.md section 1), so these
+    bind next to the portal's own. An admin adopts one (its GPU keys become baseline
+    grants) or keeps it as an outside limit; until then it is undecided.
+    """
+
+    class Decision(models.TextChoices):
+        UNDECIDED = "undecided"
+        ADOPTED = "adopted"
+        KEPT = "kept", "kept as an outside limit"
+        REMOVED = "removed", "adopted and removed"
+
+    namespace = models.ForeignKey(
+        TeamNamespace, on_delete=models.CASCADE, related_name="foreign_quotas"
+    )
+    name = models.CharField(max_length=253)
+    # requests.nvidia.com/* keys (what quota counts) with their spec.hard and status.used.
+    hard = models.JSONField(default=dict, blank=True)
+    used = models.JSONField(default=dict, blank=True)
+    # limits.nvidia.com/* and bare nvidia.com/* keys: accepted by the API server, never
+    # counted by the pod evaluator (pkg/quota/v1/evaluator/core/pods.go).
+    ignored = models.JSONField(default=dict, blank=True)
+    # spec.scopes as Exists, then scopeSelector.matchExpressions: [[scope, op, [values]]].
+    scopes = models.JSONField(default=list, blank=True)
+    decision = models.CharField(max_length=10, choices=Decision.choices, default=Decision.UNDECIDED)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+        related_name="+",
+    )  # fmt: skip
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_note = models.TextField(blank=True, max_length=2000)
+    seen_at = models.DateTimeField(default=timezone.now)
+    # Set when a read no longer finds it in the namespace.
+    gone_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["namespace", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["namespace", "name"], name="foreignquota_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def scoped(self) -> bool:
+        """A scoped quota binds only the pods its scopes select."""
+        return bool(self.scopes)
+
+    @property
+    def present(self) -> bool:
+        return self.gone_at is None
+
+    def scope_text(self) -> str:
+        return "; ".join(
+            f"{scope} {op} {', '.join(values)}".strip() for scope, op, values in self.scopes
+        )
+
+
 class OvercommitPolicy(models.Model):
     """How far grants may exceed allocatable for one resource on one cluster (default 1.0)."""
 
@@ -305,6 +366,9 @@ class Operation(models.Model):
         RUNNING = "running"
         SUCCEEDED = "succeeded"
         FAILED = "failed"
+        # It would write a hard limit below what the namespace's pods use: it waits for
+        # an admin to confirm (quotas/limits.py).
+        CONFIRM = "confirm", "needs confirmation"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     namespace = models.ForeignKey(
@@ -319,6 +383,17 @@ class Operation(models.Model):
     next_attempt_at = models.DateTimeField(default=timezone.now)
     lease_until = models.DateTimeField(null=True, blank=True)
     applied_hard = models.JSONField(default=dict, blank=True)
+    # Keys it would lower below usage: {"requests.nvidia.com/gpu": {"hard": 0, "was": 4,
+    # "used": 4}}; set when it starts waiting for confirmation.
+    lowering = models.JSONField(default=dict, blank=True)
+    # What an admin accepted: {"requests.nvidia.com/gpu": 0}; a later apply may write
+    # these values (or more) below usage, never less.
+    confirmed_hard = models.JSONField(default=dict, blank=True)
+    confirmed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+        related_name="+",
+    )  # fmt: skip
+    confirmed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -382,6 +457,7 @@ class NotificationOptOut(models.Model):
         FAILED = "failed", "apply failed"
         EXPIRING = "expiring", "grant expiring soon"
         EXPIRED = "expired", "grant expired"
+        CONFIRM = "confirm", "quota lowering below usage needs confirmation (admins)"
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notification_opt_outs"

@@ -100,7 +100,15 @@ def failed(req: QuotaRequest, error: str) -> None:
     )  # fmt: skip
 
 
-def grant_expiring(grant, days: int) -> None:
+def _below_usage(lowering: dict | None) -> str:
+    if not lowering:
+        return ""
+    what = "; ".join(f"{k} {v['hard']} while pods use {v['used']}" for k, v in lowering.items())
+    return (f"\nThis lowers the quota below what the namespace's pods use ({what}): the "
+            "portal applies that only once an admin confirms it.\n")  # fmt: skip
+
+
+def grant_expiring(grant, days: int, lowering: dict | None = None) -> None:
     team = grant.namespace.team
     people = [m.user for m in Membership.objects.filter(team=team).select_related("user")]
     _send(
@@ -108,16 +116,30 @@ def grant_expiring(grant, days: int) -> None:
         f"[GPU portal] {grant.amount} {grant.resource} in {grant.namespace} ends in {days} days",
         f"The grant of {grant.amount} x {grant.resource} in {grant.namespace} ends on "
         f"{grant.ends_at:%Y-%m-%d %H:%M} UTC. Ask for a renewal on the team page if you "
-        "still need it.\n",
+        f"still need it.\n{_below_usage(lowering)}",
     )  # fmt: skip
 
 
-def grant_expired(grant) -> None:
+def grant_expired(grant, lowering: dict | None = None) -> None:
     team = grant.namespace.team
     people = [m.user for m in Membership.objects.filter(team=team).select_related("user")]
     _send(
         Kind.EXPIRED, people,
         f"[GPU portal] {grant.amount} {grant.resource} in {grant.namespace} has ended",
         f"The grant of {grant.amount} x {grant.resource} in {grant.namespace} ended; the "
-        "namespace's quota now counts its remaining grants.\n",
+        f"namespace's quota now counts its remaining grants.\n{_below_usage(lowering)}",
+    )  # fmt: skip
+
+
+def lowering_held(op, text: str) -> None:
+    """An apply would set a limit below what pods use: it waits for an admin."""
+    admins = get_user_model().objects.filter(is_staff=True, is_active=True)
+    ns = op.namespace
+    link = settings.PORTAL_URL.rstrip("/") + reverse("quotas:namespace", args=[ns.pk])
+    _send(
+        Kind.CONFIRM, admins,
+        f"[GPU portal] quota change in {ns} needs your confirmation",
+        f"Applying the quota of {ns} ({op.reason}) {text}.\nRunning pods keep running; the "
+        f"team's next pods would be refused. Nothing is written until an admin confirms:\n"
+        f"{link}\n",
     )  # fmt: skip

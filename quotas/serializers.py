@@ -30,6 +30,7 @@ from .models import (
     TeamNamespace,
 )
 from .scoping import visible_to
+from .serializers_limits import NamespaceLimitsSerializer
 
 User = get_user_model()
 
@@ -91,7 +92,8 @@ class MemberSerializer(serializers.ModelSerializer):
 
 class TeamSerializer(serializers.ModelSerializer):
     members = MemberSerializer(source="memberships", many=True, read_only=True)
-    namespaces = NamespaceSerializer(many=True, read_only=True)
+    # With effective limits and foreign quotas (quotas/serializers_limits.py).
+    namespaces = NamespaceLimitsSerializer(many=True, read_only=True)
     my_role = serializers.SerializerMethodField(
         help_text="the caller's role in the team; null for an admin who is not a member"
     )
@@ -182,13 +184,20 @@ class OperationSerializer(serializers.ModelSerializer):
         read_only=True,
         help_text="the ResourceQuota's status.hard as read back after the apply",
     )
+    lowering = serializers.JSONField(
+        read_only=True,
+        help_text="status confirm: keys it would set below usage, {key: {hard, was, used}}",
+    )
+    confirmed_hard = serializers.JSONField(
+        read_only=True, help_text="values below usage an admin confirmed"
+    )
 
     class Meta:
         model = Operation
         fields = [
             "id", "team", "namespace", "reason", "status", "attempts", "max_attempts",
-            "last_error", "next_attempt_at", "applied_hard", "created_at", "started_at",
-            "finished_at", "attempt_log", "requests",
+            "last_error", "next_attempt_at", "applied_hard", "lowering", "confirmed_hard",
+            "created_at", "started_at", "finished_at", "attempt_log", "requests",
         ]  # fmt: skip
         read_only_fields = fields
 

@@ -13,16 +13,19 @@ from django.utils import timezone
 
 from inventory.kube import KubeError, KubeGateway
 
-from . import audit, notify
+from . import audit, notify, preview
+from .adoption import record_foreign
 from .apply import (
     confirm_operation,
     desired_hard,
     enqueue_apply,
-    record_status,
     redispatch_due,
     run_operation,
 )
 from .models import Grant, Operation, TeamNamespace
+
+# Operations that own a namespace's quota for now: drift leaves the namespace to them.
+BUSY = [Operation.Status.PENDING, Operation.Status.RUNNING, Operation.Status.CONFIRM]
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +66,12 @@ def process_grant_windows() -> dict[str, int]:
         for grant in expiring.select_related("namespace__team"):
             grant.ended_at, grant.end_reason = grant.ends_at, "expired"
             grant.save(update_fields=["ended_at", "end_reason"])
+            # The same warning as on approval and release pages: below usage waits.
+            low = preview.state(grant.namespace).change(grant.resource, 0).lowering
+            note = f"below usage, waits for an admin's confirmation: {low}" if low else ""
             audit.record(None, "grant.expired", grant, team=grant.namespace.team,
-                         after={"ended_at": grant.ends_at.isoformat()})  # fmt: skip
-            notify.grant_expired(grant)
+                         after={"ended_at": grant.ends_at.isoformat()}, note=note)  # fmt: skip
+            notify.grant_expired(grant, low)
             namespaces[grant.namespace_id].add("expiry")
             counts["expired"] += 1
         for ns in TeamNamespace.objects.filter(pk__in=namespaces):
@@ -78,7 +84,8 @@ def process_grant_windows() -> dict[str, int]:
         )  # fmt: skip
         for grant in remind.select_related("namespace__team"):
             days = max(1, round((grant.ends_at - now) / timedelta(days=1)))
-            notify.grant_expiring(grant, days)
+            low = preview.state(grant.namespace).change(grant.resource, -grant.amount).lowering
+            notify.grant_expiring(grant, days, low)
             grant.reminder_sent_at = now
             grant.save(update_fields=["reminder_sent_at"])
             counts["reminded"] += 1
@@ -87,25 +94,23 @@ def process_grant_windows() -> dict[str, int]:
 
 @shared_task(ignore_result=True)
 def reconcile_quotas() -> dict[str, int]:
-    """Compare every managed ResourceQuota with the database; revert hand edits.
+    """Compare every managed ResourceQuota with the database; revert hand edits; read
+    the foreign quotas of every team namespace (quotas/adoption.py).
 
-    Managed means the portal applied it before. Only the ``requests.nvidia.com/*`` keys
-    the portal owns are compared; other managers' keys are theirs. A namespace with an
-    apply in flight is skipped (the apply will settle it).
+    One list of the namespace's quotas serves both. Managed means the portal applied it
+    before. Only the ``requests.nvidia.com/*`` keys the portal owns are compared; other
+    managers' keys are theirs. A namespace with an apply in flight (or waiting for an
+    admin's confirmation) is skipped: the apply will settle it.
     """
     counts = {"checked": 0, "reverted": 0, "recreated": 0, "errors": 0}
-    managed = (
+    managed = set(
         TeamNamespace.objects.filter(operations__status=Operation.Status.SUCCEEDED)
+        .values_list("pk", flat=True)
         .distinct()
-        .select_related("cluster", "team")
     )
-    busy = set(
-        Operation.objects.filter(
-            status__in=[Operation.Status.PENDING, Operation.Status.RUNNING]
-        ).values_list("namespace_id", flat=True)
-    )
+    busy = set(Operation.objects.filter(status__in=BUSY).values_list("namespace_id", flat=True))
     by_cluster: dict = defaultdict(list)
-    for ns in managed:
+    for ns in TeamNamespace.objects.select_related("cluster", "team"):
         if ns.pk not in busy:
             by_cluster[ns.cluster].append(ns)
     for cluster, namespaces in by_cluster.items():
@@ -118,15 +123,16 @@ def reconcile_quotas() -> dict[str, int]:
         with gw:
             for ns in namespaces:
                 try:
-                    quota = gw.get_resource_quota(ns.name, settings.QUOTA_NAME)
+                    quotas = gw.list_resource_quotas(ns.name)
                 except KubeError as err:
                     log.warning("drift check of %s failed: %s", ns, err)
                     counts["errors"] += 1
                     continue
                 counts["checked"] += 1
-                if quota is not None:
-                    record_status(ns, quota)
-                _reconcile_one(ns, quota, counts)
+                record_foreign(ns, quotas)  # records the portal quota's status too
+                if ns.pk in managed:
+                    own = [q for q in quotas if q["metadata"]["name"] == settings.QUOTA_NAME]
+                    _reconcile_one(ns, own[0] if own else None, counts)
     return counts
 
 

@@ -15,6 +15,18 @@ urlpatterns = [
     path("grants/<uuid:pk>/renew/", views.grant_renew, name="grant-renew"),
     path("grants/<uuid:pk>/release/", views.grant_release, name="grant-release"),
     path("admin-queue/", views.queue, name="queue"),
+    path("namespaces/new/", views.namespace_new, name="namespace-new"),
+    path("namespaces/<uuid:pk>/", views.namespace_detail, name="namespace"),
+    path("namespaces/<uuid:pk>/confirm-lowering/", views.lowering_confirm, name="lowering-confirm"),
+    path(
+        "namespaces/<uuid:pk>/quotas/<int:quota>/adopt/", views.foreign_adopt, name="foreign-adopt"
+    ),
+    path("namespaces/<uuid:pk>/quotas/<int:quota>/keep/", views.foreign_keep, name="foreign-keep"),
+    path(
+        "namespaces/<uuid:pk>/quotas/<int:quota>/remove/",
+        views.foreign_remove,
+        name="foreign-remove",
+    ),
     path("capacity/", views.capacity, name="capacity"),
     path("audit/", views.audit, name="audit"),
     path("audit/export.csv", views.audit_export, name="audit-export"),

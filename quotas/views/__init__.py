@@ -3,6 +3,14 @@
 from .account import notifications
 from .audit import audit, audit_export
 from .capacity_page import capacity
+from .namespaces import (
+    foreign_adopt,
+    foreign_keep,
+    foreign_remove,
+    lowering_confirm,
+    namespace_detail,
+    namespace_new,
+)
 from .queue import queue
 from .requests import (
     grant_release,
@@ -20,8 +28,14 @@ __all__ = [
     "audit",
     "audit_export",
     "capacity",
+    "foreign_adopt",
+    "foreign_keep",
+    "foreign_remove",
     "grant_release",
     "grant_renew",
+    "lowering_confirm",
+    "namespace_detail",
+    "namespace_new",
     "notifications",
     "queue",
     "request_approve",

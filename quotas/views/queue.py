@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from telemetry.insight import annotate_renewals
 
+from .. import preview
 from ..capacity import DEFAULT_RATIO, Headroom, bulk_limits, peak
 from ..models import (
     Grant,
@@ -28,7 +29,8 @@ from .common import (
 @login_required
 def queue(request: HttpRequest) -> HttpResponse:
     """Pending requests, oldest first, each with its namespace's grants and usage and the
-    capacity of its window. Seven queries whatever the queue's length."""
+        capacity of its window, the effective limit (quotas/limits.py) and what approving would
+    change. A fixed number of queries whatever the queue's length."""
     _staff_only(request.user)
     now = timezone.now()
     pending = list(
@@ -41,6 +43,8 @@ def queue(request: HttpRequest) -> HttpResponse:
     cluster_ids = {ns.cluster_id for ns in namespaces}
     limits = bulk_limits(cluster_ids)
     usage = _usage(namespaces)
+    states = preview.states(namespaces, now)
+    held = preview.held_everywhere()
     pools = defaultdict(list)  # (cluster id, resource) -> grant windows still counting
     ns_grants = defaultdict(list)
     ns_ids = {ns.pk for ns in namespaces}
@@ -64,6 +68,7 @@ def queue(request: HttpRequest) -> HttpResponse:
             reserved=peak(pools[key], req.starts_at, req.ends_at),
         )
         grants = ns_grants[req.namespace_id]
+        st = states[req.namespace_id]
         rows.append(
             {
                 "req": req,
@@ -72,6 +77,9 @@ def queue(request: HttpRequest) -> HttpResponse:
                 "grants": grants,
                 "granted": sum(g.amount for g in grants if g.resource == req.resource),
                 "used": usage.get((req.namespace_id, req.resource), 0),
+                "effective": st.effective.get(req.resource),
+                "change": st.change(req.resource, req.amount),
+                "state": st,
             }
         )
-    return render(request, "quotas/queue.html", {"rows": rows, "next": request.path})
+    return render(request, "quotas/queue.html", {"rows": rows, "next": request.path, "held": held})

@@ -16,7 +16,7 @@ from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from .. import services
+from .. import preview, services
 from ..capacity import Headroom, headroom
 from ..forms import (
     ApproveForm,
@@ -135,7 +135,10 @@ def grant_release(request: HttpRequest, pk) -> HttpResponse:
                 request, f"Released {grant.amount} {grant.resource}; the quota is being updated."
             )
             return redirect("quotas:request", pk=req.pk)
-    return render(request, "quotas/grant_release.html", {"grant": grant, "form": form})
+    change = preview.state(grant.namespace).change(grant.resource, -grant.amount)
+    return render(
+        request, "quotas/grant_release.html", {"grant": grant, "form": form, "change": change}
+    )
 
 
 # -- requests: list and detail ---------------------------------------------------------
@@ -192,7 +195,10 @@ def _namespace_context(req: QuotaRequest, now: datetime) -> dict:
     ns = req.namespace
     grants = list(Grant.objects.filter(namespace=ns).active_at(now).order_by("starts_at"))
     usage = _usage([ns])
+    st = preview.state(ns)
     return {
+        "effective": st.effective.get(req.resource),
+        "change": st.change(req.resource, req.amount),
         "grants": grants,
         "granted": sum(g.amount for g in grants if g.resource == req.resource),
         "used": usage.get((ns.pk, req.resource), 0),
@@ -210,10 +216,12 @@ def _can_cancel(user, req: QuotaRequest) -> bool:
 def _detail_context(request: HttpRequest, req: QuotaRequest, **forms) -> dict:
     user = request.user
     pending = req.status == QuotaRequest.Status.PENDING
+    operations = list(req.operations.all())
     ctx = {
         "req": req,
         "timeline": _timeline(req),
-        "operations": list(req.operations.all()),
+        "operations": operations,
+        "held": any(op.status == "confirm" for op in operations),
         "can_cancel": pending and _can_cancel(user, req),
         "next": reverse("quotas:request", args=[req.pk]),
     }

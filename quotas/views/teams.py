@@ -11,7 +11,9 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
+from .. import preview
 from ..capacity import bulk_limits
+from ..limits import EffectiveLimit
 from ..models import (
     Grant,
     Membership,
@@ -35,6 +37,7 @@ class ResourceRow:
     granted: int
     used: int
     limit: int
+    effective: EffectiveLimit | None = None
 
     @property
     def scale(self) -> int:
@@ -60,6 +63,7 @@ class ResourceRow:
 @dataclass
 class NamespaceView:
     ns: TeamNamespace
+    state: preview.NamespaceState | None = None
     resources: list[ResourceRow] = field(default_factory=list)
     active: list[Grant] = field(default_factory=list)
     upcoming: list[Grant] = field(default_factory=list)
@@ -84,7 +88,8 @@ def teams(request: HttpRequest) -> HttpResponse:
         .values_list("team_id", "n")
     )
 
-    views = {ns.pk: NamespaceView(ns) for ns in namespaces}
+    states = preview.states(namespaces, now)
+    views = {ns.pk: NamespaceView(ns, states[ns.pk]) for ns in namespaces}
     granted = defaultdict(int)
     for g in grants:
         view = views[g.namespace_id]
@@ -101,6 +106,7 @@ def teams(request: HttpRequest) -> HttpResponse:
         ns = view.ns
         names = {r for (c, r) in limits if c == ns.cluster_id}
         names |= {r for (n, r) in granted if n == ns.pk} | {r for (n, r) in usage if n == ns.pk}
+        names |= set(view.state.effective)
         for resource in sorted(names):
             lim = limits.get((ns.cluster_id, resource))
             view.resources.append(
@@ -109,6 +115,7 @@ def teams(request: HttpRequest) -> HttpResponse:
                     granted=granted[(ns.pk, resource)],
                     used=usage.get((ns.pk, resource), 0),
                     limit=lim.limit if lim else 0,
+                    effective=view.state.effective.get(resource),
                 )
             )
         view.ended = sorted(view.ended, key=lambda g: g.ended_at or g.ends_at, reverse=True)[

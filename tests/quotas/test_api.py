@@ -363,9 +363,11 @@ def test_team_shows_members_namespaces_and_my_role(world, rob, admin):
         ("max", "member"),
         ("mia", "manager"),
     }
-    assert data["namespaces"] == [
+    assert [{k: ns[k] for k in ("id", "cluster", "name")} for ns in data["namespaces"]] == [
         {"id": str(world.vision_ns.pk), "cluster": "prod", "name": "vision-train"}
     ]
+    assert data["namespaces"][0]["foreign_quotas"] == []
+    assert data["namespaces"][0]["needs_confirmation"] == {}
     assert api_for(world.mia).get("/api/v1/teams/vision/").json()["my_role"] == "manager"
     assert admin.get("/api/v1/teams/vision/").json()["my_role"] is None
 
