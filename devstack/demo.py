@@ -133,6 +133,9 @@ def child_env(services: Services, data: Path, portal_kubeconfig: Path) -> dict[s
     env["DATA_DIR"] = str(data)
     env["SIM_KUBECONFIG"] = str(portal_kubeconfig)
     env.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    # The demo fleet's mig-manager sees a ConfigMap write after 3 s (gpuOperator
+    # configMountDelay), not a kubelet's minute: the MIG coordinator waits that long.
+    env.setdefault("MIG_CONFIG_MOUNT_SECONDS", "5")
     return env
 
 

@@ -191,8 +191,10 @@ class MigStep(models.Model):
         CORDON = "cordon"
         DRAIN = "drain"
         WRITE_CONFIG = "write_config", "write config"
+        WAIT_MOUNT = "wait_mount", "wait for the config mount"
         SET_LABEL = "set_label", "set label"
         WAIT_STATE = "wait_state", "wait for mig-manager"
+        WAIT_DEVICES = "wait_devices", "wait for the device plugin"
         UNCORDON = "uncordon"
         RESYNC = "resync"
         GRANT = "grant"
@@ -226,3 +228,14 @@ class MigStep(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}: {self.status}"
+
+    @property
+    def ready_at(self):
+        """For a waiting ``wait_mount``: when mig-manager's mounted config has the config."""
+        from datetime import datetime
+
+        value = (self.data or {}).get("ready_at")
+        try:
+            return datetime.fromisoformat(value) if value else None
+        except ValueError:
+            return None

@@ -30,8 +30,9 @@ from .models import MigRequest, MigStep, TransitionError
 STRATEGIES = ("single", "mixed")
 
 Step = MigStep.Name
-APPLY_STEPS = [Step.CORDON, Step.DRAIN, Step.WRITE_CONFIG, Step.SET_LABEL, Step.WAIT_STATE,
-               Step.UNCORDON, Step.RESYNC, Step.GRANT]  # fmt: skip
+APPLY_STEPS = [Step.WRITE_CONFIG, Step.CORDON, Step.DRAIN, Step.WAIT_MOUNT, Step.SET_LABEL,
+               Step.WAIT_STATE, Step.WAIT_DEVICES, Step.UNCORDON, Step.RESYNC,
+               Step.GRANT]  # fmt: skip
 # A revert sets a config the node had before: it is in the ConfigMap or a stock name
 # already, and there is nothing to grant.
 REVERT_STEPS = [Step.CORDON, Step.DRAIN, Step.SET_LABEL, Step.WAIT_STATE, Step.UNCORDON,
@@ -405,8 +406,10 @@ def revert(req: MigRequest, by) -> MigRequest:
     return run
 
 
-def alert_admins(req: MigRequest) -> None:
-    """E-mail staff about a failed run (after commit; mail trouble never fails the run)."""
+def alert_admins(req: MigRequest, stuck: bool = False) -> None:
+    """E-mail staff about a failed run (after commit; mail trouble never fails the run).
+    ``stuck``: the node was left cordoned with its GPU operands paused (the error says how
+    to restore it)."""
     from django.conf import settings
     from django.core.mail import send_mail
 
@@ -418,10 +421,16 @@ def alert_admins(req: MigRequest) -> None:
         return
     node = req.node.name if req.node else "?"
     subject = f"[GPU portal] MIG reconfiguration of {node} failed"
+    if stuck:
+        subject = f"[GPU portal] MIG reconfiguration of {node} is stuck: node left cordoned"
+    after = (
+        "The node was left CORDONED: its GPU operands are paused. Follow the commands above."
+        if stuck else "The node was uncordoned where the portal had cordoned it."
+    )  # fmt: skip
     body = (
         f"The MIG run {req.pk} ({req.layout_text} on {req.gpus} GPU(s) of {node}, config "
-        f"{req.config_name}) failed:\n\n{req.error}\n\nThe node was uncordoned where the "
-        f"portal had cordoned it. Its previous config was {req.previous_config or '?'}; "
+        f"{req.config_name}) failed:\n\n{req.error}\n\n{after} "
+        f"Its previous config was {req.previous_config or '?'}; "
         "an admin can revert to it from the request's page or the API.\n"
     )
 

@@ -230,7 +230,9 @@ def _detail_context(request: HttpRequest, req: MigRequest, **forms) -> dict:
         "drawing": drawing,
         "drawing_list": [drawing] if drawing else [],
         "layout_query": layout_text(req.layout),
-        "steps": list(req.steps.all()),
+        "steps": (steps := list(req.steps.all())),
+        # the stuck policy (mig/state_steps.py): failed with the node left cordoned
+        "stuck": req.status == MigRequest.Status.FAILED and any(s.data.get("stuck") for s in steps),
         "can_cancel": _can_cancel(user, req),
         "can_revert": user.is_staff and req.can_revert,
         "reverts": list(req.reverted_by.order_by("-created_at")),

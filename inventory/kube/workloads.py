@@ -53,14 +53,18 @@ class WorkloadCalls:
                 return None
             raise
 
-    def create_config_map(self, namespace: str, name: str, data: dict[str, str]) -> dict[str, Any]:
+    def create_config_map(
+        self,
+        namespace: str,
+        name: str,
+        data: dict[str, str],
+        annotations: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
         """Create a ConfigMap; 409 AlreadyExists surfaces as ``KubeError(status=409)``."""
-        body = {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": name, "namespace": namespace},
-            "data": data,
-        }
+        metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+        if annotations:
+            metadata["annotations"] = annotations
+        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": data}
         return self._json(self.core.create_namespaced_config_map, namespace, body)
 
     def replace_config_map(self, namespace: str, config_map: dict[str, Any]) -> dict[str, Any]:

@@ -1,48 +1,42 @@
-"""The MIG coordinator end to end against the simulated cluster and its mig-manager.
+"""The MIG coordinator end to end against the simulated cluster, its GPU Operator and its
+mig-manager (NVIDIA/gpu-operator v26.7.0, NVIDIA/mig-parted; tests/mig/migsim.py).
 
 Runs are driven synchronously with ``coordinator.advance`` (as the Celery task would, one
-step per call) except in the crash test, which uses real workers and kills one.
+step per call) except in the crash test, which uses real workers and kills one. The GPU
+Operator protocol itself (ClusterPolicy, mount delay, relabel, stuck policy) is in
+tests/mig/test_operator_protocol.py.
 """
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 
 import pytest
-import yaml
 from django.core import mail
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from inventory.models import Node, NodeResource
+from inventory.models import NodeResource
 from inventory.sync import sync_cluster
 from mig import coordinator, services
 from mig.models import MigRequest, MigStep
 from quotas.apply import run_operation
 from quotas.models import AuditEvent, Grant, Operation
 from tests.conftest import kill, wait_for
+from tests.mig import migsim
+from tests.mig.migsim import CONFIG
+from tests.mig.migsim import approve as _approve
+from tests.mig.migsim import gpu_pod as _gpu_pod
+from tests.mig.migsim import node as _node
+from tests.mig.migsim import request as _request
+from tests.mig.migsim import run as _run
+from tests.mig.migsim import steps as _steps
 from tests.quotas.builders import make_namespace, make_team, make_user
-
-A100 = {"product": "NVIDIA-A100-SXM4-80GB", "count": 8, "mig": {"strategy": "mixed",
-        "config": "all-disabled"}}  # fmt: skip
-FOREIGN = {"version": "v1", "mig-configs": {"site-custom": [
-    {"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}]}}  # fmt: skip
-FLEET = {
-    "nodes": [{"name": "a100-{i:02d}", "count": 2, "cpu": 64, "memory": "512Gi", "gpu": A100}],
-    "namespaces": [{"name": "gpu-operator"}, {"name": "ml-vision"}],
-    "configmaps": [{"name": "default-mig-parted-config", "namespace": "gpu-operator",
-                    "data": {"config.yaml": yaml.safe_dump(FOREIGN)}}],
-}  # fmt: skip
-LAYOUT = {"3g.40gb": 2}
-CONFIG = "portal-a100-80gb-3g.40gbx2-d0-1"
 
 
 def _start_sim(tmp_path, step_s: float):
-    from tests import kubesim
-
-    return kubesim.start(FLEET, tmp_path, mig_step_s=step_s)
+    return migsim.start(tmp_path, migsim.fleet(), step_s=step_s)
 
 
 @pytest.fixture
@@ -55,71 +49,14 @@ def mig_sim(tmp_path):
 
 @pytest.fixture
 def core(mig_sim):
-    from kubernetes import client, config
-
-    api_client = config.new_client_from_config(config_file=str(mig_sim.admin_kubeconfig_path))
-    yield client.CoreV1Api(api_client)
-    api_client.close()
+    api = migsim.admin_core(mig_sim)
+    yield api
+    api.api_client.close()
 
 
 @pytest.fixture
 def world(mig_sim, settings):
-    """Cluster synced into inventory; a team with a namespace; an admin and a member."""
-    from inventory.models import Cluster
-
-    settings.MIG_POLL_SECONDS = 0.02
-    cluster = Cluster.objects.create(
-        slug="sim", name="Simulated", auth_method=Cluster.AuthMethod.KUBECONFIG,
-        kubeconfig_path=str(mig_sim.kubeconfig_path),
-    )  # fmt: skip
-    sync_cluster(cluster)
-    admin = make_user("ada", staff=True)
-    member = make_user("mo")
-    team = make_team("vision", members=[member])
-    ns = make_namespace(team, cluster, "ml-vision")
-    return type("World", (), {"cluster": cluster, "admin": admin, "member": member,
-                              "team": team, "ns": ns})  # fmt: skip
-
-
-def _request(w, layout=LAYOUT, gpus=2) -> MigRequest:
-    data = services.MigRequestData(
-        team=w.team, namespace=w.ns, product="NVIDIA-A100-SXM4-80GB", layout=layout,
-        gpus=gpus, justification="Inference fleet needs half-GPU slices.",
-    )  # fmt: skip
-    return services.submit(w.member, data)
-
-
-def _node(w, name: str = "a100-00") -> Node:
-    return Node.objects.get(cluster=w.cluster, name=name)
-
-
-def _approve(w, req, node="a100-00", policy="evict") -> MigRequest:
-    return services.approve(req, w.admin, node=_node(w, node), drain_policy=policy)
-
-
-def _run(req: MigRequest, timeout: float = 15.0) -> MigRequest:
-    """Advance step by step, as the re-enqueuing task would, until the run ends."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = coordinator.advance(req.pk)
-        if result in ("succeeded", "failed"):
-            break
-        if result == "waiting":
-            time.sleep(0.02)
-    req.refresh_from_db()
-    return req
-
-
-def _gpu_pod(core, name: str, node: str, labels=None) -> None:
-    core.create_namespaced_pod("ml-vision", {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels or {}},
-        "spec": {"nodeName": node, "containers": [{"name": "main", "image": "cuda", "resources": {
-            "requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}]},
-    })  # fmt: skip
-
-
-def _steps(req: MigRequest) -> dict[str, str]:
-    return dict(req.steps.order_by("position").values_list("name", "status"))
+    return migsim.make_world(mig_sim, settings)
 
 
 pytestmark = pytest.mark.django_db
@@ -145,10 +82,8 @@ def test_success_switches_capacity_and_grants_mig_quota(world, core, mig_sim):
     assert node.status.capacity["nvidia.com/mig-3g.40gb"] == "4"
     assert node.status.capacity["nvidia.com/gpu"] == "6"
     assert core.list_namespaced_pod("ml-vision").items == []  # evicted
-    # The ConfigMap kept the configs the portal does not own.
-    cm = core.read_namespaced_config_map("default-mig-parted-config", "gpu-operator")
-    configs = yaml.safe_load(cm.data["config.yaml"])["mig-configs"]
-    assert set(configs) == {"site-custom", CONFIG}
+    # The ClusterPolicy's ConfigMap kept the configs the portal does not own.
+    assert set(migsim.configs(core)) == {"all-disabled", "site-custom", CONFIG}
     # Inventory resynced, then the MIG slices granted and the quota applied.
     res = NodeResource.objects.get(node__name="a100-00", resource="nvidia.com/mig-3g.40gb")
     assert res.capacity == 4
@@ -179,6 +114,7 @@ def test_node_already_in_config_is_not_disrupted(world, core):
 def test_mig_manager_failure_uncordons_alerts_and_can_be_reverted(world, core, mig_sim, on_commit):
     w = world
     mig_sim.faults.update(mig_fail=True)
+    mig_sim.mig.step_s = 0.3  # the portal sees the pending that precedes this failure
     with on_commit(execute=True):
         req = _run(_approve(w, _request(w)))
     assert req.status == MigRequest.Status.FAILED
@@ -199,27 +135,6 @@ def test_mig_manager_failure_uncordons_alerts_and_can_be_reverted(world, core, m
     assert labels["nvidia.com/mig.config.state"] == "success"
     with pytest.raises(services.TransitionError):
         services.revert(req, w.admin)
-
-
-def test_stuck_pending_hits_the_portal_timeout(world, core, mig_sim, settings):
-    w = world
-    settings.MIG_STATE_TIMEOUT_SECONDS = 0.5
-    mig_sim.faults.update(mig_stuck=True)
-    req = _run(_approve(w, _request(w)))
-    assert req.status == "failed"
-    assert "pending" in req.error and "stuck" in req.error
-    assert core.read_node("a100-00").metadata.labels["nvidia.com/mig.config.state"] == "pending"
-    assert not core.read_node("a100-00").spec.unschedulable
-
-
-def test_rebooting_is_tolerated(world, core, mig_sim):
-    w = world
-    mig_sim.faults.update(mig_reboot=True)
-    mig_sim.mig.step_s = 0.3  # long enough for a poll to see "rebooting"
-    req = _run(_approve(w, _request(w)))
-    assert req.status == "succeeded", req.error
-    assert req.steps.get(name="wait_state").data.get("rebooting") is True
-    assert core.read_node("a100-00").status.capacity["nvidia.com/mig-3g.40gb"] == "4"
 
 
 def test_eviction_blocked_by_pdb_fails_after_drain_timeout(world, core, mig_sim, settings):
@@ -320,7 +235,8 @@ def test_worker_killed_between_steps_second_worker_finishes(tmp_path, start_work
         team = make_team("vision", members=[member])
         w = type("W", (), {"cluster": cluster, "admin": admin, "member": member, "team": team,
                            "ns": make_namespace(team, cluster, "ml-vision")})  # fmt: skip
-        env = {"MIG_POLL_SECONDS": "0.2", "MIG_LEASE_SECONDS": "2"}
+        env = {"MIG_POLL_SECONDS": "0.2", "MIG_LEASE_SECONDS": "2",
+               "MIG_CONFIG_MOUNT_SECONDS": "0.3"}  # fmt: skip
         first = start_worker(**env)
         req = _approve(w, _request(w))  # dispatched on commit to the first worker
         wait_for(lambda: req.steps.filter(name="set_label", status="done").exists(), 20)

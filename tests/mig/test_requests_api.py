@@ -125,8 +125,8 @@ def test_approve_needs_an_admin_and_a_free_node(world):
         "evict",
     )
     assert [s["name"] for s in data["steps"]] == [
-        "cordon", "drain", "write_config", "set_label", "wait_state", "uncordon", "resync",
-        "grant",
+        "write_config", "cordon", "drain", "wait_mount", "set_label", "wait_state",
+        "wait_devices", "uncordon", "resync", "grant",
     ]  # fmt: skip
     assert {s["status"] for s in data["steps"]} == {"pending"}
     assert data["previous_config"] == "all-disabled" and data["proposals"] == []
