@@ -139,6 +139,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Two serializers have a "level" field with different choices: name each set.
+    "ENUM_NAME_OVERRIDES": {"PreflightLevelEnum": ["ok", "warning", "error"]},
 }
 
 # Celery: broker is Redis; job state lives in Postgres rows, so no result backend.
@@ -187,6 +189,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "quotas.tasks.reconcile_quotas",
         "schedule": timedelta(seconds=env.int("QUOTA_RECONCILE_INTERVAL", default=120)),
     },
+    "inventory-recheck-permissions": {
+        "task": "inventory.tasks.recheck_permissions",
+        "schedule": timedelta(seconds=env.int("PERMISSION_RECHECK_INTERVAL", default=600)),
+    },
 }
 
 # Quotas.
@@ -209,7 +215,8 @@ TELEMETRY_IDLE_WINDOW_HOURS = env.float("TELEMETRY_IDLE_WINDOW_HOURS", default=2
 TELEMETRY_MIG_STUCK_MINUTES = env.int("TELEMETRY_MIG_STUCK_MINUTES", default=30)
 
 # MIG reconfiguration (the coordinator, docs/mig.md).
-MIG_CONFIGMAP_NAME = env.str("MIG_CONFIGMAP_NAME", default="default-mig-parted-config")
+# The ConfigMap the GPU Operator's ClusterPolicy names in spec.migManager.config.name.
+MIG_CONFIGMAP_NAME = env.str("MIG_CONFIGMAP_NAME", default="gpu-quota-portal-mig-config")
 MIG_CONFIGMAP_NAMESPACE = env.str("MIG_CONFIGMAP_NAMESPACE", default="gpu-operator")
 MIG_DRAIN_TIMEOUT_SECONDS = env.float("MIG_DRAIN_TIMEOUT_SECONDS", default=1800)
 MIG_STATE_TIMEOUT_SECONDS = env.float("MIG_STATE_TIMEOUT_SECONDS", default=900)
@@ -219,6 +226,9 @@ MIG_LEASE_SECONDS = env.float("MIG_LEASE_SECONDS", default=300)
 MIG_REDISPATCH_GRACE_SECONDS = env.float("MIG_REDISPATCH_GRACE_SECONDS", default=30)
 MIG_STEP_MAX_ERRORS = env.int("MIG_STEP_MAX_ERRORS", default=8)
 MIG_UNCORDON_ON_FAILURE = env.bool("MIG_UNCORDON_ON_FAILURE", default=True)
+MIG_CONFIG_MOUNT_SECONDS = env.float("MIG_CONFIG_MOUNT_SECONDS", default=90)
+MIG_RELABEL_ATTEMPTS = env.int("MIG_RELABEL_ATTEMPTS", default=3)
+MIG_DEVICES_TIMEOUT_SECONDS = env.float("MIG_DEVICES_TIMEOUT_SECONDS", default=300)
 
 PORTAL_URL = env.str("PORTAL_URL", default="http://127.0.0.1:8000")
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="gpu-portal@localhost")
@@ -228,6 +238,8 @@ INVENTORY_PAGE_SIZE = env.int("INVENTORY_PAGE_SIZE", default=500)
 # A cluster whose last good sync is older than this many intervals is shown as stale.
 INVENTORY_STALE_AFTER = timedelta(seconds=INVENTORY_SYNC_INTERVAL * env.int("STALE_FACTOR", 4))
 KUBE_REQUEST_TIMEOUT = env.float("KUBE_REQUEST_TIMEOUT", default=30.0)
+# The connection preflight asks while an admin waits: a short timeout, no retries.
+PREFLIGHT_REQUEST_TIMEOUT = env.float("PREFLIGHT_REQUEST_TIMEOUT", default=10.0)
 
 # The demo cluster's kubeconfig (written by the simulated cluster); used by seed_demo.
 SIM_KUBECONFIG = env.str("SIM_KUBECONFIG", default=str(DATA_DIR / "kubeconfig"))

@@ -6,6 +6,7 @@ from rest_framework.routers import DefaultRouter
 
 from inventory import api as inventory_api
 from quotas import api as quotas_api
+from quotas import api_namespaces as quotas_namespaces_api
 
 from . import api, health, views
 
@@ -14,6 +15,7 @@ router.register("clusters", inventory_api.ClusterViewSet, basename="cluster")
 router.register("nodes", inventory_api.NodeViewSet, basename="node")
 router.register("auth/tokens", api.ApiTokenViewSet, basename="apitoken")
 router.register("teams", quotas_api.TeamViewSet, basename="team")
+router.register("namespaces", quotas_namespaces_api.NamespaceViewSet, basename="namespace")
 router.register("quota-requests", quotas_api.QuotaRequestViewSet, basename="quotarequest")
 router.register("grants", quotas_api.GrantViewSet, basename="grant")
 router.register("operations", quotas_api.OperationViewSet, basename="operation")

@@ -27,10 +27,11 @@ from .base import (
 )
 from .cluster import CLUSTER_POLICY, ClusterCalls
 from .namespaces import NamespaceCalls
+from .quota_admin import QuotaAdminCalls
 from .workloads import WorkloadCalls
 
 
-class KubeGateway(WorkloadCalls, NamespaceCalls, ClusterCalls, GatewayCore):
+class KubeGateway(WorkloadCalls, NamespaceCalls, QuotaAdminCalls, ClusterCalls, GatewayCore):
     """Typed-enough access to one cluster. Construct per task; cheap."""
 
 

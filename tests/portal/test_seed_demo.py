@@ -3,7 +3,8 @@
 import pytest
 from django.core.management import call_command
 
-from quotas.models import Grant, Membership, QuotaRequest, Team
+from inventory.models import Cluster
+from quotas.models import ForeignQuota, Grant, Membership, QuotaRequest, Team
 
 pytestmark = pytest.mark.django_db
 
@@ -38,7 +39,19 @@ def test_seed_demo_is_idempotent_and_makes_the_roles_visible(demo_sim, capsys, s
     assert Membership.objects.get(user__username="bob").role == "manager"
     statuses = sorted(QuotaRequest.objects.values_list("status", flat=True))
     assert statuses == ["approved", "pending", "pending", "rejected"]
-    assert Grant.objects.filter(kind="baseline").count() == 3
+    # Day one as an admin would do it: vision's and nlp's own quotas adopted as baselines,
+    # nlp's PriorityClass-scoped one kept outside, genomics undecided (its default baseline).
+    grants = Grant.objects.filter(kind="baseline").select_related("namespace")
+    baselines = {(g.namespace.name, g.resource, g.amount) for g in grants}
+    assert baselines == {
+        ("ml-vision", "nvidia.com/gpu", 16), ("ml-vision", "nvidia.com/mig-1g.10gb", 14),
+        ("nlp-research", "nvidia.com/gpu", 32), ("genomics", "nvidia.com/gpu", 2),
+    }  # fmt: skip
+    decisions = dict(ForeignQuota.objects.values_list("namespace__name", "decision")
+                     .filter(name="gpu-quota"))  # fmt: skip
+    assert decisions == {"ml-vision": "adopted", "nlp-research": "adopted",
+                         "genomics": "undecided"}  # fmt: skip
+    assert Cluster.objects.get(slug="demo").preflight_status == "warning"  # genomics undecided
     call_command("seed_demo", kubeconfig=str(demo_sim))
     assert QuotaRequest.objects.count() == 4 and Team.objects.count() == 4
     # A second run replaces the demo fleet's tokens: the old ones stop working.

@@ -58,6 +58,10 @@ class Command(BaseCommand):
         # The sample requests' notification e-mails would bury the demo's banner.
         with override_settings(EMAIL_BACKEND="django.core.mail.backends.dummy.EmailBackend"):
             self._teams(cluster, admin, with_requests=not run.error)
+        if not run.error:  # what the cluster page shows under "Last preflight"
+            from inventory.connect import rerun
+
+            self.stdout.write(f"Preflight of {cluster.slug}: {rerun(cluster, actor=None).status}")
         self.stdout.write("Demo accounts:")
         self.stdout.write(f"  admin      {DEMO_ADMIN[0]} / {DEMO_ADMIN[1]}   (portal admin)")
         for username, password, team, role in RESEARCHERS:
@@ -75,6 +79,35 @@ class Command(BaseCommand):
         except KubeError as err:
             return f"unknown ({err})"
         return info.get("username") or "unknown (the cluster named no user)"
+
+    def _foreign_quotas(self, namespaces) -> None:
+        """Record the quotas the portal does not own (docs/quotas.md, adoption)."""
+        from inventory.kube import KubeError
+        from quotas import adoption
+
+        for ns in namespaces:
+            try:
+                adoption.read_namespace(ns)
+            except KubeError as err:
+                self.stderr.write(f"Could not read the quotas of {ns}: {err}")
+
+    def _adopt_foreign(self, namespaces, admin) -> set[str]:
+        """What an admin would do on day one: adopt the unscoped quotas vision and nlp
+        already had (their limits become baselines; the quotas keep binding until removed)
+        and keep nlp's PriorityClass-scoped one as an outside limit. Genomics stays
+        undecided, so the demo shows that state and an apply held for confirmation."""
+        from quotas import adoption
+        from quotas.models import ForeignQuota
+
+        adopted = set()
+        for slug in ("vision", "nlp"):
+            for fq in ForeignQuota.objects.filter(namespace=namespaces[slug], gone_at__isnull=True):
+                if fq.scoped:
+                    adoption.keep(fq, admin, note="demo: kept as an outside limit")
+                else:
+                    adoption.adopt(fq, admin, note="demo: adopted at onboarding")
+                    adopted.add(slug)
+        return adopted
 
     def _agent_tokens(self, cluster: Cluster, admin) -> None:
         """Issue a node token per GPU node and write them for the demo's fake agent fleet.
@@ -132,6 +165,8 @@ class Command(BaseCommand):
             namespaces[slug], _ = TeamNamespace.objects.get_or_create(
                 cluster=cluster, name=namespace, defaults={"team": team}
             )
+        if with_requests:  # the cluster answered: show its own quotas (gpu-quota) at once
+            self._foreign_quotas(namespaces.values())
         for username, password, slug, role in RESEARCHERS:
             user = self._user(username, password)
             Membership.objects.get_or_create(
@@ -139,8 +174,9 @@ class Command(BaseCommand):
             )
         if not (fresh and with_requests):
             return
+        adopted = self._adopt_foreign(namespaces, admin)
         for slug, _, _, baseline in TEAMS:
-            if baseline:
+            if baseline and slug not in adopted:
                 services.set_baseline(namespaces[slug], "nvidia.com/gpu", baseline, admin)
         users = {u.username: u for u in get_user_model().objects.all()}
         now = timezone.now()
