@@ -20,6 +20,12 @@ from .sync import apply_node_changes
 
 log = logging.getLogger(__name__)
 
+# What a watch thread's connection depends on: a change restarts the thread.
+CONNECTION_FIELDS = (
+    "auth_method", "kubeconfig_path", "kubeconfig_context", "api_url", "bearer_token",
+    "bearer_token_file", "ca_cert", "verify_tls",
+)  # fmt: skip
+
 
 class Progress:
     """When each cluster's watch thread last made progress (a watch started, an event came).
@@ -35,6 +41,10 @@ class Progress:
     def mark(self, slug: str) -> None:
         with self._lock:
             self._last[slug] = time.monotonic()
+
+    def forget(self, slug: str) -> None:
+        with self._lock:
+            self._last.pop(slug, None)
 
     def stalest_age(self) -> float:
         """Seconds since the least recent progress of any thread (0 without threads)."""
@@ -88,19 +98,62 @@ def _watch(
             stop.wait(backoff_s)
 
 
-def watch_all(
-    stop: threading.Event, *, timeout_s: int = 60, progress: Progress | None = None
-) -> list[threading.Thread]:
-    """One watching thread per enabled cluster."""
-    threads = []
-    for cluster in Cluster.objects.filter(sync_enabled=True):
-        if progress is not None:
-            progress.mark(cluster.slug)
-        thread = threading.Thread(
-            target=watch_cluster, args=(cluster, stop),
-            kwargs={"timeout_s": timeout_s, "progress": progress},
-            name=f"watch-{cluster.slug}", daemon=True,
-        )  # fmt: skip
-        thread.start()
-        threads.append(thread)
-    return threads
+class Watchers:
+    """One watching thread per enabled cluster, kept in step with the Cluster table.
+
+    ``reconcile()`` (the command calls it every ``--rescan`` seconds) starts a thread for a
+    cluster connected or enabled since, stops the thread of one disabled or deleted, and
+    restarts one whose credentials changed (a cluster's thread reads the row it started
+    with) or whose thread died. Stopped clusters leave ``progress``, so they never make the
+    liveness heartbeat stale.
+    """
+
+    def __init__(
+        self, stop: threading.Event, *, timeout_s: int = 60, progress: Progress | None = None
+    ) -> None:
+        self.stop = stop
+        self.timeout_s = timeout_s
+        self.progress = progress or Progress()
+        self._running: dict = {}  # pk -> (thread, its stop event, slug, credentials key)
+
+    @staticmethod
+    def _key(cluster: Cluster) -> tuple:
+        return tuple(getattr(cluster, f) for f in CONNECTION_FIELDS)
+
+    def reconcile(self) -> tuple[list[str], list[str]]:
+        """Start and stop threads to match the enabled clusters; returns their slugs."""
+        wanted = {c.pk: c for c in Cluster.objects.filter(sync_enabled=True)}
+        started, stopped = [], []
+        for pk, (thread, own_stop, slug, key) in list(self._running.items()):
+            cluster = wanted.get(pk)
+            if cluster is None or not thread.is_alive() or self._key(cluster) != key:
+                own_stop.set()
+                del self._running[pk]
+                self.progress.forget(slug)
+                stopped.append(slug)
+        for pk, cluster in wanted.items():
+            if pk in self._running or self.stop.is_set():
+                continue
+            own_stop = threading.Event()
+            self.progress.mark(cluster.slug)
+            thread = threading.Thread(
+                target=watch_cluster, args=(cluster, own_stop),
+                kwargs={"timeout_s": self.timeout_s, "progress": self.progress},
+                name=f"watch-{cluster.slug}", daemon=True,
+            )  # fmt: skip
+            thread.start()
+            self._running[pk] = (thread, own_stop, cluster.slug, self._key(cluster))
+            started.append(cluster.slug)
+        return started, stopped
+
+    def healthy(self) -> bool:
+        return all(thread.is_alive() for thread, *_ in self._running.values())
+
+    def close(self, join_s: float) -> None:
+        for _, own_stop, *_ in self._running.values():
+            own_stop.set()
+        for thread, *_ in self._running.values():
+            thread.join(join_s)
+
+    def __len__(self) -> int:
+        return len(self._running)

@@ -61,3 +61,32 @@ def test_an_unchanged_node_from_a_watch_writes_nothing(sim, sim_api, sim_cluster
     obj["metadata"]["labels"]["team"] = "vision"
     assert apply_node_changes(sim_cluster, [obj], []) == 1
     assert Node.objects.get(name="gpu-0").labels["team"] == "vision"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_watchers_follow_clusters_connected_disabled_and_edited(sim, sim_api, sim_cluster):
+    """manage.py watch_inventory re-reads the cluster list: a cluster connected after it
+    started is watched, a disabled one is not, an edited connection restarts its watch."""
+    from inventory.models import Cluster
+    from inventory.watch import Progress, Watchers
+
+    sim_cluster.sync_enabled = False
+    sim_cluster.save()
+    stop, progress = threading.Event(), Progress()
+    watchers = Watchers(stop, timeout_s=2, progress=progress)
+    try:
+        assert watchers.reconcile() == ([], []) and len(watchers) == 0
+        Cluster.objects.filter(pk=sim_cluster.pk).update(sync_enabled=True)  # connected
+        assert watchers.reconcile() == (["sim"], [])
+        wait_for(lambda: sim_stats(sim).get("watches", 0) >= 1)
+        sim_api.create_node(node_body("gpu-9"))
+        wait_for(lambda: Node.objects.filter(name="gpu-9").exists(), timeout=10)
+        assert watchers.reconcile() == ([], [])  # nothing changed: the thread stays
+        Cluster.objects.filter(pk=sim_cluster.pk).update(kubeconfig_context="other")
+        assert watchers.reconcile() == (["sim"], ["sim"])  # new credentials: a new thread
+        Cluster.objects.filter(pk=sim_cluster.pk).update(sync_enabled=False)
+        assert watchers.reconcile() == ([], ["sim"]) and len(watchers) == 0
+        assert progress.stalest_age() == 0.0  # a stopped cluster never makes liveness stale
+    finally:
+        stop.set()
+        watchers.close(15)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 
 from django.core.management.base import BaseCommand
 
-from inventory.watch import Progress, watch_all
+from inventory.watch import Progress, Watchers
 from portal import liveness
 
 # By default a thread is stale when it has neither started a watch nor seen an event for
@@ -24,6 +25,12 @@ class Command(BaseCommand):
             "--heartbeat", type=float, default=10, help="seconds between liveness heartbeats"
         )
         parser.add_argument(
+            "--rescan",
+            type=float,
+            default=30,
+            help="seconds between re-reads of the cluster list (connected, disabled, edited)",
+        )
+        parser.add_argument(
             "--stale-after",
             type=float,
             default=None,
@@ -36,15 +43,22 @@ class Command(BaseCommand):
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: stop.set())
         progress = Progress()
-        threads = watch_all(stop, timeout_s=opts["timeout"], progress=progress)
-        self.stdout.write(f"watching nodes of {len(threads)} cluster(s)")
+        watchers = Watchers(stop, timeout_s=opts["timeout"], progress=progress)
+        watchers.reconcile()
+        self.stdout.write(f"watching nodes of {len(watchers)} cluster(s)")
         # Liveness (portal/liveness.py): the heartbeat is touched only while every watch
         # thread is making progress.
         limit = opts["stale_after"] or opts["timeout"] + STALE_GRACE_S
+        next_scan = time.monotonic() + opts["rescan"]
         while True:
-            if progress.stalest_age() <= limit and all(t.is_alive() for t in threads):
+            if time.monotonic() >= next_scan:
+                started, stopped = watchers.reconcile()
+                if started or stopped:
+                    self.stdout.write(f"watching nodes of {len(watchers)} cluster(s) "
+                                      f"(started {started}, stopped {stopped})")  # fmt: skip
+                next_scan = time.monotonic() + opts["rescan"]
+            if progress.stalest_age() <= limit and watchers.healthy():
                 liveness.touch("watcher")
-            if stop.wait(opts["heartbeat"]):
+            if stop.wait(min(opts["heartbeat"], opts["rescan"])):
                 break
-        for thread in threads:
-            thread.join(opts["timeout"] + 15)
+        watchers.close(opts["timeout"] + 15)
