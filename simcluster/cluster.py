@@ -226,6 +226,7 @@ class SimCluster(CrudOps, ListOps, PodOps, QuotaOps, ControllerOps):
                 record_update(None, obj, "simcluster-fleet")
                 s.put("resourcequotas", obj, "ADDED", emit=False)
             self.gpu_operator.load(fleet)
+            self.kueue.configure(fleet.kueue)  # kueue.py: the fleet's ``kueue`` key
             self.mig.load(fleet.nodes)
             self._load_controllers(fleet.nodes)
             s.compact()

@@ -23,6 +23,7 @@ from simcluster.disruption import DisruptionController
 from simcluster.fleet import now_iso
 from simcluster.gc import GarbageCollector
 from simcluster.kubelet import Kubelets
+from simcluster.kueue import KueueController
 from simcluster.leases import NodeLeases
 from simcluster.namespaces import NamespaceController
 from simcluster.resources import ResourceType
@@ -56,6 +57,7 @@ class ControllerOps:
         self.node_leases = NodeLeases(self, lease_renew_s)
         self.serviceaccounts = ServiceAccountsController(self, serviceaccount_sync_s)
         self.daemonsets = DaemonSetController(self)  # daemonsets.py
+        self.kueue = KueueController(self)  # Kueue's webhooks and controllers (kueue.py)
 
     def _load_controllers(self, nodes: list[dict[str, Any]]) -> None:
         """After the fleet is stored: node readiness, node leases, periodic work."""
@@ -81,6 +83,7 @@ class ControllerOps:
         name = rt.name
         self.quota_on_write(rt, ns, old, new)
         self.gc.on_write(rt, ns, old, new)
+        self.kueue.on_write(rt, ns, old, new)
         if name == "pods":
             self.disruption.on_pod_write(ns, old, new)
             self.kubelets.on_pod_write(ns, old, new)

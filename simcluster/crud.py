@@ -11,6 +11,8 @@ from simcluster import (
     deletion,
     disruption,
     fieldvalidation,
+    kueue,
+    kueue_types,
     namespaces,
     serviceaccounts,
     validation,
@@ -99,6 +101,9 @@ class CrudOps:
             if rt.name == "pods":  # mutating admission, before validation (serviceaccounts.py)
                 owned = copy.deepcopy(body)
                 serviceaccounts.admit_pod(self, ns, body, str(asked))
+            if rt.name in kueue.MUTATED:  # Kueue's mutating webhooks (kueue.py)
+                owned = copy.deepcopy(body) if owned is None else owned
+                kueue.mutate_create(self, rt, ns, body)
             validation.validate_create(rt, body)
             if create_on_apply:  # the PATCH was authorized; creating needs `create` (rbac.py)
                 self.authz.check_create_on_apply(rt.group, rt.name, ns, name)
@@ -149,6 +154,9 @@ class CrudOps:
             disruption.prepare_create(obj)
         elif rt.name in workloads.WORKLOADS:  # apps, batch, networking (workloads.py)
             workloads.prepare_create(rt.name, obj)
+        elif rt.name in kueue_types.RESOURCES:  # Kueue's CRDs (kueue_types.py)
+            kueue_types.default(rt.name, obj)
+            kueue_types.prepare_create(rt.name, obj)
         elif rt.name == "nodes":
             obj.setdefault("spec", {})
             obj.setdefault("status", {})
@@ -158,6 +166,7 @@ class CrudOps:
     ) -> None:
         """NamespaceLifecycle, then ResourceQuota (which charges the quota unless dry run)."""
         namespaces.admit_create(self, rt, ns, obj)
+        kueue.validate_admission(self, rt, None, obj)  # Kueue's validating webhooks
         self.admit_quota(rt, ns, obj, dry_run)
 
     # --------------------------------------------------------------- update
@@ -258,12 +267,18 @@ class CrudOps:
             disruption.prepare_update(old, new)
         elif rt.name in workloads.WORKLOADS and sub != "status":
             workloads.prepare_update(rt.name, old, new)
+        elif rt.name in kueue_types.RESOURCES:
+            kueue_types.default(rt.name, new)
+            if sub != "status":
+                kueue_types.prepare_update(rt.name, old, new)
         if not managed_done:
             new["metadata"]["managedFields"] = ometa.get("managedFields") or []
             record_update(old, new, manager, sub)
         if rt.name in ("pods",) and "spec" in new and sub != "status":
             prepare_pod(new)
         validation.validate_update(rt, old, new, sub)  # before the no-op check, as BeforeUpdate
+        if rt.name in kueue_types.RESOURCES:  # Kueue's validating webhooks (kueue.py)
+            kueue.validate_admission(self, rt, old, new, sub)
         if _strip_volatile(new) == _strip_volatile(old):
             return rec.raw
         if params.get("dryRun"):

@@ -95,6 +95,8 @@ class Fleet:
     priorityclasses: list[dict[str, Any]] = field(default_factory=list)
     # the fleet's ``gpuOperator`` key (None: ``false``, not installed); simcluster/gpuoperator.py
     gpu_operator: dict[str, Any] | None = field(default_factory=dict)
+    # the fleet's ``kueue`` key (false: no Kueue webhooks/controllers); simcluster/kueue.py
+    kueue: Any = True
 
 
 def now_iso() -> str:
@@ -150,6 +152,7 @@ def _expand(spec: dict[str, Any]) -> Fleet:
     fleet = Fleet(name=(spec.get("cluster") or {}).get("name", "simcluster"))
     op = spec.get("gpuOperator", {})
     fleet.gpu_operator = None if op is False else dict(op or {})
+    fleet.kueue = spec.get("kueue", True)
     gen = spec.get("generate")
     if gen:
         generated = generate(**gen)

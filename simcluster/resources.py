@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 _VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 _BASE_FIELDS = frozenset({"metadata.name", "metadata.namespace"})
 _RBAC = "rbac.authorization.k8s.io"
+_KUEUE = "kueue.x-k8s.io"
 _AUTHN, _AUTHZ, _CREATE = "authentication.k8s.io", "authorization.k8s.io", ("create",)
 # pkg/registry/core/event/strategy.go ToSelectableFields (kubectl describe lists events so)
 _EVENT_FIELDS = _BASE_FIELDS | {
@@ -233,6 +234,43 @@ RESOURCES: tuple[ResourceType, ...] = (
         "v1",
         False,
         (),
+        ("status",),
+        has_status=True,
+    ),
+    # Kueue's CRDs (simcluster/kueue_types.py; kubernetes-sigs/kueue config/components/crd)
+    ResourceType(
+        "resourceflavors", "ResourceFlavor", _KUEUE, "v1beta2", False, ("flavor", "flavors", "rf")
+    ),
+    ResourceType(
+        "clusterqueues",
+        "ClusterQueue",
+        _KUEUE,
+        "v1beta2",
+        False,
+        ("cq",),
+        ("status",),
+        has_status=True,
+    ),
+    ResourceType(
+        "localqueues",
+        "LocalQueue",
+        _KUEUE,
+        "v1beta2",
+        True,
+        ("queue", "queues", "lq"),
+        ("status",),
+        has_status=True,
+    ),
+    ResourceType(
+        "cohorts", "Cohort", _KUEUE, "v1beta2", False, ("co",), ("status",), has_status=True
+    ),
+    ResourceType(
+        "workloads",
+        "Workload",
+        _KUEUE,
+        "v1beta2",
+        True,
+        ("kwl", "kueueworkload", "kueueworkloads"),
         ("status",),
         has_status=True,
     ),

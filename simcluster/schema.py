@@ -23,6 +23,7 @@ from functools import cache
 from typing import Any
 
 from simcluster import typedefs
+from simcluster.kueue_types import DESCRIPTIONS as KUEUE_DESCRIPTIONS
 
 # Leaf types: the JSON value they accept and their OpenAPI rendering live with the users.
 SCALARS = frozenset(
@@ -78,6 +79,7 @@ _GROUP_CAMEL = {
     "io.k8s.api.networking.v1": "NetworkingV1",
     typedefs.META: "MetaV1",
     "com.nvidia.v1": "NvidiaV1",  # a CRD's models: simcluster/clusterpolicy.py
+    "io.x-k8s.kueue.v1beta2": "KueueV1beta2",  # Kueue's CRDs: simcluster/kueue_types.py
 }
 _CAMEL_PACKAGE = {v: k for k, v in _GROUP_CAMEL.items()}
 
@@ -165,7 +167,7 @@ def def_for_class(cls_name: str) -> str:
     known = _class_index().get(cls_name)
     if known:
         return known
-    m = re.match(r"^([A-Z][a-z]+V1)([A-Z]\w*)$", cls_name)
+    m = re.match(r"^([A-Z][a-z]+V1(?:beta\d+)?)([A-Z]\w*)$", cls_name)
     if m and m.group(1) in _CAMEL_PACKAGE:
         return f"{_CAMEL_PACKAGE[m.group(1)]}.{m.group(2)}"
     if cls_name.startswith("V1"):
@@ -181,6 +183,10 @@ def class_for_def(name: str) -> Any:
         from simcluster.clusterpolicy import MODELS
 
         return MODELS[_GROUP_CAMEL[pkg] + short]
+    if pkg == "io.x-k8s.kueue.v1beta2":
+        from simcluster.kueue_types import MODELS as KUEUE_MODELS
+
+        return KUEUE_MODELS[_GROUP_CAMEL[pkg] + short]
     for cand in (_GROUP_CAMEL.get(pkg, "") + short, "V1" + short):
         cls = getattr(models, cand, None)
         if cls is not None and hasattr(cls, "openapi_types") and def_for_class(cand) == name:
@@ -191,7 +197,7 @@ def class_for_def(name: str) -> Any:
 def for_kind(group: str, version: str, kind: str) -> Definition | None:
     """The definition of a served kind, or None when the client has no model for it."""
     pkg = typedefs.GROUP_PACKAGES.get(group)
-    if pkg is None or version != "v1":
+    if pkg is None or version != typedefs.GROUP_VERSION.get(group, "v1"):
         return None
     try:
         return definition(f"{pkg}.{kind}")
@@ -311,4 +317,5 @@ _KIND_DESCRIPTIONS: dict[str, str] = {
     "PriorityClass": "PriorityClass maps a priority class name to a priority value.",
     "Lease": "Lease defines a lease concept.",
     "ClusterPolicy": "ClusterPolicy is the Schema for the clusterpolicies API",
+    **KUEUE_DESCRIPTIONS,  # simcluster/kueue_types.py
 }

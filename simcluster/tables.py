@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from simcluster.gofmt import human_duration
+from simcluster.kueue_tables import PRINTERS as KUEUE_PRINTERS
 from simcluster.resources import ResourceType
 from simcluster.tables_apps import PRINTERS as WORKLOAD_PRINTERS
 
@@ -450,6 +451,7 @@ _PRINTERS: dict[str, _Printer] = {
 }
 _PRINTERS["clusterrolebindings"] = _PRINTERS["rolebindings"]
 _PRINTERS.update(WORKLOAD_PRINTERS)  # apps, batch, networking (tables_apps.py)
+_PRINTERS.update(KUEUE_PRINTERS)  # Kueue CRDs (kueue_tables.py)
 # the CRD's additionalPrinterColumns (gpu-operator nvidia.com_clusterpolicies.yaml): Age is
 # declared `type: string` there, so kubectl shows the timestamp itself
 _PRINTERS["clusterpolicies"] = (

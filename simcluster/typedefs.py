@@ -34,6 +34,9 @@ server does not know: they are unknown fields here, as there.
 from __future__ import annotations
 
 from simcluster.clusterpolicy import CRD_FIELDS
+from simcluster.kueue_types import CRD_FIELDS as KUEUE_FIELDS
+from simcluster.kueue_types import PACKAGE as KUEUE_PACKAGE
+from simcluster.kueue_types import VERSION as KUEUE_VERSION
 from simcluster.typedefs_apps import (
     WORKLOAD_ATOMIC,
     WORKLOAD_FIELDS,
@@ -54,7 +57,10 @@ GROUP_PACKAGES: dict[str, str] = {
     "authentication.k8s.io": "io.k8s.api.authentication.v1",
     **WORKLOAD_PACKAGES,  # apps, batch, networking.k8s.io (typedefs_apps.py)
     "nvidia.com": "com.nvidia.v1",  # the GPU Operator's CRD (simcluster/clusterpolicy.py)
+    "kueue.x-k8s.io": KUEUE_PACKAGE,  # Kueue's CRDs (simcluster/kueue_types.py)
 }
+# the served version of a group whose types are not v1
+GROUP_VERSION: dict[str, str] = {"kueue.x-k8s.io": KUEUE_VERSION}
 META = "io.k8s.apimachinery.pkg.apis.meta.v1"
 
 
@@ -184,6 +190,7 @@ FIELDS: dict[str, dict[str, str]] = {
 FIELDS.update(CORE_FIELDS)
 FIELDS.update(WORKLOAD_FIELDS)
 FIELDS.update(CRD_FIELDS)  # the GPU Operator's ClusterPolicy (clusterpolicy.py)
+FIELDS.update(KUEUE_FIELDS)  # Kueue (kueue_types.py)
 
 ATOMIC_STRUCTS: frozenset[str] = frozenset(
     {

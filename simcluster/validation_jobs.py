@@ -252,6 +252,8 @@ def job_update(new: dict[str, Any], old: dict[str, Any], qty: QuantityLookup) ->
                 )
             )
     for f in _JOB_IMMUTABLE:
+        if f == "template" and _scheduling_directives_only(new, old):
+            continue
         if ns.get(f) != os_.get(f):
             value: Any = ns.get(f)
             if f == "selector":
@@ -260,6 +262,25 @@ def job_update(new: dict[str, Any], old: dict[str, Any], qty: QuantityLookup) ->
                 value = GoStruct("core.PodTemplateSpec", ())
             errs.append(fe.invalid(child("spec", f), value, FIELD_IMMUTABLE))
     return errs
+
+
+def _scheduling_directives_only(new: dict[str, Any], old: dict[str, Any]) -> bool:
+    """``AllowMutableSchedulingDirectives`` (pkg/registry/batch/job/strategy.go: the old Job is
+    suspended and never started): the template's node affinity, nodeSelector, tolerations,
+    labels, annotations and schedulingGates may change (ValidateJobSpecUpdate)."""
+    if not (_d(old.get("spec")).get("suspend") and not _d(old.get("status")).get("startTime")):
+        return False
+
+    def masked(job: dict[str, Any]) -> dict[str, Any]:
+        t = dict(_d(_d(job.get("spec")).get("template")))
+        t["metadata"] = {
+            k: v for k, v in _d(t.get("metadata")).items() if k not in ("labels", "annotations")
+        }
+        drop = ("affinity", "nodeSelector", "tolerations", "schedulingGates")
+        t["spec"] = {k: v for k, v in _d(t.get("spec")).items() if k not in drop}
+        return t
+
+    return masked(new) == masked(old)
 
 
 def job_status(new: dict[str, Any], old: dict[str, Any], qty: Any) -> list[FieldError]:

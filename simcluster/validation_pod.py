@@ -271,6 +271,20 @@ def validate_pod_update(
                 )
             )
     n_view, o_view = _spec_fields(nspec), _spec_fields(ospec)
+    if ospec.get("schedulingGates") and nspec.get("nodeSelector") != ospec.get("nodeSelector"):
+        # a gated pod's nodeSelector takes additions only (validateNodeSelectorMutation)
+        new_sel = nspec.get("nodeSelector") or {}
+        for k, v in (ospec.get("nodeSelector") or {}).items():
+            if new_sel.get(k) != v:
+                errs.append(
+                    fe.invalid(
+                        f"spec.nodeSelector[{k}]",
+                        new_sel.get(k, ""),
+                        "only additions to spec.nodeSelector are allowed (no mutations or "
+                        "deletions)",
+                    )
+                )
+        o_view = {**o_view, "nodeSelector": nspec.get("nodeSelector")}
     if semantic(n_view) == semantic(o_view):
         return errs
     munged = dict(n_view)
