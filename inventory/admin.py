@@ -1,7 +1,8 @@
 from django import forms
 from django.contrib import admin
 
-from .models import Cluster, GpuPod, NamespaceUsage, Node, NodeResource, SyncRun
+from . import classes
+from .models import Cluster, GpuClass, GpuPod, NamespaceUsage, Node, NodeResource, SyncRun
 
 
 class ClusterAdminForm(forms.ModelForm):
@@ -22,7 +23,7 @@ class ClusterAdminForm(forms.ModelForm):
         fields = [
             "name", "slug", "description", "sync_enabled", "auth_method", "kubeconfig_path",
             "kubeconfig_context", "api_url", "bearer_token", "bearer_token_file", "ca_cert",
-            "verify_tls",
+            "verify_tls", "enforcement",
         ]  # fmt: skip
 
     def clean_bearer_token(self):
@@ -41,7 +42,7 @@ class ClusterAdmin(admin.ModelAdmin):
         "sync_status", "last_sync_at", "last_success_at", "last_error", "server_version",
     ]  # fmt: skip
     fieldsets = [
-        (None, {"fields": ["name", "slug", "description", "sync_enabled"]}),
+        (None, {"fields": ["name", "slug", "description", "sync_enabled", "enforcement"]}),
         (
             "Credentials",
             {
@@ -97,3 +98,34 @@ class NamespaceUsageAdmin(admin.ModelAdmin):
     list_display = ["namespace", "cluster", "resource", "requested", "pods"]
     list_filter = ["cluster", "resource"]
     readonly_fields = [f.name for f in NamespaceUsage._meta.fields]
+
+
+@admin.register(GpuClass)
+class GpuClassAdmin(admin.ModelAdmin):
+    """Display name, selector and weight are the admin's; the rest is derived after each
+    sync (inventory/classes.py). Saves go through the audited domain functions."""
+
+    list_display = ["name", "cluster", "slug", "derived", "node_count", "gpus", "replicas",
+                    "weight", "empty_since"]  # fmt: skip
+    list_filter = ["cluster", "derived"]
+    search_fields = ["name", "slug"]
+    readonly_fields = ["derived", "resources", "node_count", "gpus", "replicas", "empty_since",
+                       "created_at", "updated_at"]  # fmt: skip
+
+    def get_readonly_fields(self, request, obj=None):
+        fixed = ["cluster", "slug"] if obj is not None else []
+        return [*fixed, *self.readonly_fields]
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            fields = {name: getattr(obj, name) for name in classes.EDITABLE}
+            classes.update_class(request.user, obj, **fields)
+        else:
+            created = classes.create_class(
+                request.user, obj.cluster, slug=obj.slug, name=obj.name,
+                selector=obj.selector, weight=obj.weight,
+            )  # fmt: skip
+            obj.pk = created.pk
+
+    def delete_model(self, request, obj):
+        classes.delete_class(request.user, obj)

@@ -72,6 +72,7 @@ class ClusterSerializer(serializers.ModelSerializer):
             "node_count", "kubeconfig_path", "kubeconfig_context", "api_url",
             "bearer_token_file", "verify_tls", "preflight_namespaces", "preflight_status",
             "preflight_at", "missing_permissions", "permissions_checked_at", "preflight",
+            "enforcement",
         ]  # fmt: skip
         read_only_fields = fields
 

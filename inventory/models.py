@@ -12,7 +12,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.validators import RegexValidator
+from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
 
@@ -49,6 +49,10 @@ class Cluster(models.Model):
         NEVER = "never", "never synced"
         OK = "ok", "in sync"
         FAILED = "failed", "last sync failed"
+
+    class Enforcement(models.TextChoices):
+        RESOURCEQUOTA = "resourcequota", "ResourceQuota (class not enforced)"
+        KUEUE = "kueue", "Kueue (not implemented yet)"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     slug = models.SlugField(
@@ -89,6 +93,12 @@ class Cluster(models.Model):
     preflight_at = models.DateTimeField(null=True, blank=True)
     missing_permissions = models.JSONField(default=list, blank=True)
     permissions_checked_at = models.DateTimeField(null=True, blank=True)
+    # How grants become limits on this cluster. Only ResourceQuota is implemented: it
+    # cannot tell GPU models apart, so per-class grants are summed per resource and the
+    # class is not enforced by Kubernetes (docs/quotas.md, "GPU classes").
+    enforcement = models.CharField(
+        max_length=20, choices=Enforcement.choices, default=Enforcement.RESOURCEQUOTA
+    )
 
     class Meta:
         ordering = ["name"]
@@ -109,6 +119,10 @@ class Cluster(models.Model):
             errors["preflight_namespaces"] = "Give namespace names (DNS labels), one per entry."
         elif len(names) > MAX_PREFLIGHT_NAMESPACES:
             errors["preflight_namespaces"] = f"At most {MAX_PREFLIGHT_NAMESPACES} namespaces."
+        if self.enforcement != self.Enforcement.RESOURCEQUOTA:
+            errors["enforcement"] = (
+                "Only ResourceQuota enforcement is implemented; Kueue is not available yet."
+            )
         if errors:
             raise ValidationError(errors)
 
@@ -122,6 +136,11 @@ class Cluster(models.Model):
     @property
     def sync_age(self) -> timedelta | None:
         return None if self.last_success_at is None else timezone.now() - self.last_success_at
+
+    @property
+    def enforces_classes(self) -> bool:
+        """False under ResourceQuota: a grant's class is the portal's bookkeeping only."""
+        return self.enforcement != self.Enforcement.RESOURCEQUOTA
 
 
 class SyncRun(models.Model):
@@ -191,6 +210,11 @@ class Node(models.Model):
     sharing_strategy = models.CharField(max_length=20, blank=True)
     gpu_replicas = models.PositiveIntegerField(default=1)
     instance_type = models.CharField(max_length=100, blank=True)
+    # The GPU class whose selector matches the node's labels (inventory/classes.py sets it
+    # after each sync; the sync itself never writes it).
+    gpu_class = models.ForeignKey(
+        "GpuClass", on_delete=models.SET_NULL, null=True, blank=True, related_name="nodes"
+    )
     unschedulable = models.BooleanField(default=False)
     ready = models.BooleanField(default=True)
     # Operand pods paused by mig-manager, or device plugin missing (GPU-FACTS 6).
@@ -291,3 +315,115 @@ class NamespaceUsage(models.Model):
                 fields=["cluster", "namespace", "resource"], name="nsusage_unique"
             ),
         ]
+
+
+_LABEL_KEY_RE = re.compile(
+    r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+)
+_LABEL_VALUE_RE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+
+
+class GpuClass(models.Model):
+    """A named set of GPUs on one cluster: the nodes whose labels match ``selector``.
+
+    Derived after each sync (inventory/classes.py: one class per ``nvidia.com/gpu.product``,
+    so a time-sliced product, published with ``-SHARED``, is a class of its own), or
+    defined by an admin. Grants and requests name a class and a resource; how a backend
+    enforces it (ResourceQuota sums per resource, a Kueue ResourceFlavor, a DRA
+    DeviceClass) is mapped elsewhere, so a new backend needs no migration of grants.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="gpu_classes")
+    slug = models.SlugField(
+        max_length=63,
+        validators=[RegexValidator(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "Use a DNS-style name.")],
+    )
+    name = models.CharField(max_length=100, help_text="display name")
+    # Node label matches, all of which must hold:
+    # {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}.
+    selector = models.JSONField(default=dict)
+    weight = models.DecimalField(
+        max_digits=10,
+        decimal_places=4,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0)],
+        help_text="optional weight or price per GPU-hour",
+    )
+    # False for a class an admin defined; derived classes keep admin edits of name/weight.
+    derived = models.BooleanField(default=True)
+    # As last derived from the class's present nodes (kept when they are all gone):
+    resources = models.JSONField(default=list, blank=True)  # nvidia.com/gpu, nvidia.com/mig-*
+    node_count = models.PositiveIntegerField(default=0)
+    gpus = models.PositiveIntegerField(default=0)  # physical GPUs (GFD nvidia.com/gpu.count)
+    replicas = models.PositiveIntegerField(default=1)  # time-slicing factor (gpu.replicas)
+    empty_since = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["cluster__name", "name"]
+        verbose_name_plural = "GPU classes"
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "slug"], name="gpuclass_unique_slug"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def time_sliced(self) -> bool:
+        return self.replicas > 1
+
+    @property
+    def empty(self) -> bool:
+        return self.node_count == 0
+
+    def covers(self, resource: str) -> bool:
+        return resource in self.resources
+
+    def capacity_text(self) -> str:
+        """``32 replicas on 8 GPUs`` for a time-sliced class, ``8 GPUs`` otherwise."""
+        if self.time_sliced:
+            return f"{self.gpus * self.replicas} replicas on {self.gpus} GPUs"
+        return f"{self.gpus} GPUs"
+
+    def matches(self, labels: dict) -> bool:
+        return bool(self.selector) and all(labels.get(k) == v for k, v in self.selector.items())
+
+    def clean(self) -> None:
+        sel = self.selector
+        if (
+            not isinstance(sel, dict)
+            or not sel
+            or not all(
+                isinstance(k, str)
+                and isinstance(v, str)
+                and len(k) <= 316
+                and _LABEL_KEY_RE.fullmatch(k)
+                and _LABEL_VALUE_RE.fullmatch(v)
+                for k, v in sel.items()
+            )
+        ):
+            raise ValidationError(
+                {"selector": "Give node label matches: {label key: value}, at least one."}
+            )
+        if self.cluster_id is None:
+            return
+        overlap = (
+            Node.objects.filter(cluster_id=self.cluster_id, gone_at__isnull=True)
+            .filter(labels__contains=sel, gpu_class__derived=False)
+            .exclude(gpu_class_id=self.pk)
+            .values_list("gpu_class__name", flat=True)
+            .first()
+        )
+        if overlap:
+            raise ValidationError(
+                {
+                    "selector": f"It matches nodes of class {overlap}: a node is in one "
+                    "class. (Nodes of classes the portal derived move to yours.)"
+                }
+            )

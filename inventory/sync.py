@@ -24,6 +24,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from . import classes
 from .bulk import bulk_insert_fast, bulk_update_fast
 from .kube import KubeError, KubeGateway, ListPage
 from .models import Cluster, GpuPod, NamespaceUsage, Node, NodeResource, SyncRun
@@ -136,6 +137,7 @@ def sync_cluster(
                 sync_status=cluster.sync_status,
                 server_version=cluster.server_version,
             )
+            classes.refresh(cluster, now)  # GPU classes follow the nodes (inventory/classes.py)
         return run
 
 

@@ -24,7 +24,7 @@ from .forms import ClusterForm
 from .health import node_badges, usual_drivers
 from .models import GPU_RESOURCE, Cluster, Node
 from .preflight import report_from
-from .summary import fleet_summary, fleet_totals
+from .summary import class_figures, fleet_summary, fleet_totals
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,7 @@ def fleet(request: HttpRequest) -> HttpResponse:
             "stale_clusters": [c for c in clusters if c.is_stale and c.sync_enabled],
             "summaries": summaries,
             "totals": fleet_totals(summaries),
+            "class_figures": class_figures(clusters),
         },
     )
 

@@ -5,6 +5,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
 from inventory import api as inventory_api
+from inventory import api_classes as inventory_api_classes
 from quotas import api as quotas_api
 from quotas import api_namespaces as quotas_namespaces_api
 
@@ -13,6 +14,7 @@ from . import api, health, views
 router = DefaultRouter()
 router.register("clusters", inventory_api.ClusterViewSet, basename="cluster")
 router.register("nodes", inventory_api.NodeViewSet, basename="node")
+router.register("gpu-classes", inventory_api_classes.GpuClassViewSet, basename="gpuclass")
 router.register("auth/tokens", api.ApiTokenViewSet, basename="apitoken")
 router.register("teams", quotas_api.TeamViewSet, basename="team")
 router.register("namespaces", quotas_namespaces_api.NamespaceViewSet, basename="namespace")

@@ -48,7 +48,9 @@ class OvercommitPolicyAdmin(admin.ModelAdmin):
 class GrantAdmin(admin.ModelAdmin):
     """Read-only here: grants change through requests (and their audit trail)."""
 
-    list_display = ["namespace", "resource", "amount", "starts_at", "ends_at", "kind", "ended_at"]
+    list_display = [
+        "namespace", "gpu_class", "resource", "amount", "starts_at", "ends_at", "kind", "ended_at",
+    ]  # fmt: skip
     list_filter = ["kind", "resource"]
 
     def has_change_permission(self, request, obj=None):
@@ -60,7 +62,9 @@ class GrantAdmin(admin.ModelAdmin):
 
 @admin.register(QuotaRequest)
 class QuotaRequestAdmin(admin.ModelAdmin):
-    list_display = ["team", "namespace", "kind", "resource", "amount", "status", "created_at"]
+    list_display = [
+        "team", "namespace", "kind", "gpu_class", "resource", "amount", "status", "created_at",
+    ]  # fmt: skip
     list_filter = ["status", "kind", "resource"]
     readonly_fields = [f.name for f in QuotaRequest._meta.fields]
 

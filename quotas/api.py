@@ -43,6 +43,7 @@ from .serializers import (
     ErrorSerializer,
     GrantSerializer,
     OperationSerializer,
+    OutlookSerializer,
     QuotaRequestCreateSerializer,
     QuotaRequestDetailSerializer,
     QuotaRequestSerializer,
@@ -157,7 +158,7 @@ class QuotaRequestViewSet(
     """Quota requests of your teams: file, follow, and (admins) decide."""
 
     queryset = QuotaRequest.objects.select_related(
-        "team", "namespace__cluster", "requested_by", "decided_by"
+        "team", "namespace__cluster", "requested_by", "decided_by", "gpu_class"
     )
     filterset_class = QuotaRequestFilter
     ordering_fields = ["created_at", "amount", "status"]
@@ -184,6 +185,26 @@ class QuotaRequestViewSet(
         with domain_errors():
             req = services.submit(request.user, form.validated_data["data"])
         return Response(self._detail(req), status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        request=QuotaRequestCreateSerializer,
+        responses={200: OutlookSerializer, **_errors},
+        summary="Preview a request before sending it: held, used and free for its class",
+    )
+    @action(detail=False, methods=["post"])
+    def preview(self, request):
+        form = QuotaRequestCreateSerializer(data=request.data, context={"request": request})
+        form.is_valid(raise_exception=True)
+        data = form.validated_data["data"]
+        problems: dict = {}
+        try:
+            data = services.validate(request.user, data)
+        except DjangoValidationError as err:
+            problems = err.message_dict
+        body = preview.outlook(
+            data.namespace, data.gpu_class, data.resource, data.starts_at, data.ends_at
+        ).as_dict()
+        return Response(OutlookSerializer({**body, "problems": problems}).data)
 
     @extend_schema(
         request=ApproveSerializer,
@@ -237,7 +258,7 @@ class QuotaRequestViewSet(
 class GrantViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedViewSet):
     """Grants of your teams' namespaces: active, upcoming, expired and released."""
 
-    queryset = Grant.objects.select_related("namespace__cluster", "namespace__team")
+    queryset = Grant.objects.select_related("namespace__cluster", "namespace__team", "gpu_class")
     serializer_class = GrantSerializer
     filterset_class = GrantFilter
     team_path = "namespace__team"

@@ -7,24 +7,31 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import Sum
+from django.db.models import BigIntegerField, Sum
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast
+from django.utils import timezone
 
-from inventory.models import Cluster, NodeResource, is_gpu_resource
+from inventory.models import Cluster, GpuClass, GpuPod, NodeResource, is_gpu_resource
 
 from .models import Grant, OvercommitPolicy
 
 DEFAULT_RATIO = Decimal("1.0")
 
 
-def allocatable(cluster: Cluster, resource: str) -> int:
-    """Allocatable units of ``resource`` on the cluster's present nodes (from inventory)."""
-    total = NodeResource.objects.filter(
+def allocatable(cluster: Cluster, resource: str, gpu_class: GpuClass | None = None) -> int:
+    """Allocatable units of ``resource`` on the cluster's present nodes (from inventory),
+    of one GPU class's nodes when given."""
+    rows = NodeResource.objects.filter(
         node__cluster=cluster, node__gone_at__isnull=True, resource=resource
-    ).aggregate(total=Sum("allocatable"))["total"]
+    )
+    if gpu_class is not None:
+        rows = rows.filter(node__gpu_class=gpu_class)
+    total = rows.aggregate(total=Sum("allocatable"))["total"]
     return int(total or 0)
 
 
@@ -99,18 +106,176 @@ def peak(windows, start: datetime, end: datetime | None) -> int:
 
 @dataclass(frozen=True)
 class Headroom:
+    """What grants may still reserve of one resource (in one GPU class, or any class).
+
+    ``free`` = limit (allocatable x ratio) - what grants reserve at peak in the window -
+    what pods hold beyond their namespace's grants now (``beyond``). A class figure is
+    capped by the cluster's pool figure (``pool``): every grant draws from the pool too.
+    """
+
     resource: str
     allocatable: int
     ratio: Decimal
     limit: int
     reserved: int
+    beyond: int = 0
+    gpu_class: GpuClass | None = None
+    pool: Headroom | None = None
+
+    @property
+    def own_free(self) -> int:
+        return self.limit - self.reserved - self.beyond
 
     @property
     def free(self) -> int:
-        return self.limit - self.reserved
+        return self.own_free if self.pool is None else min(self.own_free, self.pool.free)
+
+    @property
+    def capped_by_pool(self) -> bool:
+        return self.pool is not None and self.pool.free < self.own_free
 
     def after(self, amount: int) -> int:
         return self.free - amount
+
+
+POOL = None  # the key part of "any class": the whole cluster's allocatable
+
+
+class Capacity:
+    """Everything :meth:`free` needs for some clusters and resources, in a fixed number of
+    queries (four, plus one per resource for pod usage), so the approval, the queue and
+    the fleet page compute "free" with one definition.
+
+    Rule (docs/quotas.md, "GPU classes"): a grant of class C reserves against C and
+    against the cluster's pool; an any-class grant against the pool only. A class request
+    may take min(free in C, free in the pool). With every class within its own
+    allocatable and the total within the pool's, the any-class grants always fit in what
+    the classes leave. Pods hold capacity beyond grants where a namespace's scheduled pods
+    request more than its active grants (in a class: more on the class's nodes than its
+    class grants plus its any-class grants); namespaces without grants count in full.
+    """
+
+    def __init__(self, cluster_ids, resources=None, *, now: datetime | None = None,
+                 exclude: Grant | None = None):  # fmt: skip
+        self.now = now or timezone.now()
+        cluster_ids = list(cluster_ids)
+        self.alloc: dict[tuple, int] = defaultdict(int)
+        rows = NodeResource.objects.filter(
+            node__cluster_id__in=cluster_ids, node__gone_at__isnull=True
+        )
+        if resources is not None:
+            resources = sorted(set(resources))
+            rows = rows.filter(resource__in=resources)
+        for cluster_id, class_id, resource, total in (
+            rows.values_list("node__cluster_id", "node__gpu_class_id", "resource")
+            .annotate(total=Sum("allocatable"))
+            .order_by()
+        ):
+            if is_gpu_resource(resource):
+                self.alloc[(cluster_id, POOL, resource)] += int(total or 0)
+                if class_id is not None:
+                    self.alloc[(cluster_id, class_id, resource)] += int(total or 0)
+        self.ratios = {
+            (p.cluster_id, p.resource): p.ratio
+            for p in OvercommitPolicy.objects.filter(cluster_id__in=cluster_ids)
+        }
+        self.windows: dict[tuple, list] = defaultdict(list)
+        granted: dict[tuple, dict] = defaultdict(lambda: defaultdict(int))
+        grants = Grant.objects.filter(ended_at__isnull=True, namespace__cluster_id__in=cluster_ids)
+        if resources is not None:
+            grants = grants.filter(resource__in=resources)
+        if exclude is not None:
+            grants = grants.exclude(pk=exclude.pk)
+        for cluster_id, ns, class_id, resource, g_start, g_end, amount in grants.values_list(
+            "namespace__cluster_id", "namespace__name", "gpu_class_id", "resource",
+            "starts_at", "ends_at", "amount",
+        ).order_by("starts_at"):  # fmt: skip
+            window = (g_start, g_end, amount)
+            self.windows[(cluster_id, POOL, resource)].append(window)
+            if class_id is not None:
+                self.windows[(cluster_id, class_id, resource)].append(window)
+            if g_start <= self.now and (g_end is None or g_end > self.now):
+                granted[(cluster_id, ns, resource)][class_id] += amount
+        if resources is None:
+            resources = sorted({key[2] for key in self.alloc} | {key[2] for key in self.windows})
+        used: dict[tuple, dict] = defaultdict(lambda: defaultdict(int))
+        for resource in resources:
+            amount = Cast(KeyTextTransform(resource, "requests"), BigIntegerField())
+            for cluster_id, ns, class_id, total in (
+                GpuPod.objects.filter(
+                    cluster_id__in=cluster_ids, node__isnull=False, requests__has_key=resource
+                )
+                .values_list("cluster_id", "namespace", "node__gpu_class_id")
+                .annotate(total=Sum(amount))
+                .order_by()
+            ):
+                used[(cluster_id, ns, resource)][class_id] += int(total or 0)
+        self.beyond: dict[tuple, int] = defaultdict(int)
+        # Per namespace too: a request's own pods beyond its grants are what the grant
+        # would cover, so its figure leaves them out (see free()).
+        self.beyond_ns: dict[tuple, int] = defaultdict(int)
+        for (cluster_id, ns, resource), per_class in used.items():
+            grant = granted.get((cluster_id, ns, resource), {})
+            any_class = grant.get(None, 0)
+            over = max(sum(per_class.values()) - sum(grant.values()), 0)
+            self.beyond[(cluster_id, POOL, resource)] += over
+            self.beyond_ns[(cluster_id, POOL, resource, ns)] = over
+            for class_id, n in per_class.items():
+                if class_id is not None:
+                    over = max(n - grant.get(class_id, 0) - any_class, 0)
+                    self.beyond[(cluster_id, class_id, resource)] += over
+                    self.beyond_ns[(cluster_id, class_id, resource, ns)] = over
+
+    def _figure(self, cluster_id, class_id, resource, start, end, namespace) -> Headroom:
+        key = (cluster_id, class_id, resource)
+        alloc = self.alloc.get(key, 0)
+        r = self.ratios.get((cluster_id, resource), DEFAULT_RATIO)
+        beyond = self.beyond.get(key, 0)
+        if namespace:
+            beyond -= self.beyond_ns.get((*key, namespace), 0)
+        return Headroom(
+            resource=resource, allocatable=alloc, ratio=r, limit=math.floor(alloc * r),
+            reserved=peak(self.windows.get(key, ()), start, end), beyond=beyond,
+        )  # fmt: skip
+
+    def free(
+        self,
+        cluster_id,
+        gpu_class: GpuClass | None,
+        resource: str,
+        start: datetime,
+        end: datetime | None,
+        *,
+        namespace: str = "",
+    ) -> Headroom:
+        """Headroom of ``resource`` in ``gpu_class`` (None: any class) over [start, end).
+
+        ``namespace`` (a name on the cluster): the figure for a grant to that namespace,
+        which leaves out its own pods beyond its grants: the grant covers them, so after
+        it the namespace holds max(amount, their excess), and approving never takes more
+        than this figure from anyone else.
+        """
+        pool = self._figure(cluster_id, POOL, resource, start, end, namespace)
+        if gpu_class is None:
+            return pool
+        own = self._figure(cluster_id, gpu_class.pk, resource, start, end, namespace)
+        return replace(own, gpu_class=gpu_class, pool=pool)
+
+
+def free(
+    cluster: Cluster,
+    gpu_class: GpuClass | None,
+    resource: str,
+    start: datetime,
+    end: datetime | None,
+    *,
+    exclude: Grant | None = None,
+    namespace: str = "",
+) -> Headroom:
+    """THE definition of free capacity, used by approval, the queue and the fleet page."""
+    return Capacity([cluster.pk], [resource], exclude=exclude).free(
+        cluster.pk, gpu_class, resource, start, end, namespace=namespace
+    )
 
 
 def headroom(
@@ -119,17 +284,11 @@ def headroom(
     start: datetime,
     end: datetime | None,
     *,
+    gpu_class: GpuClass | None = None,
     exclude: Grant | None = None,
+    namespace: str = "",
 ) -> Headroom:
-    alloc = allocatable(cluster, resource)
-    r = ratio(cluster, resource)
-    return Headroom(
-        resource=resource,
-        allocatable=alloc,
-        ratio=r,
-        limit=math.floor(alloc * r),
-        reserved=peak_reserved(cluster, resource, start, end, exclude=exclude),
-    )
+    return free(cluster, gpu_class, resource, start, end, exclude=exclude, namespace=namespace)
 
 
 def timeline(

@@ -12,7 +12,7 @@ from django import forms
 from django.forms.boundfield import BoundField
 from django.utils import timezone
 
-from inventory.models import Cluster
+from inventory.models import Cluster, GpuClass
 
 from .capacity import advertised_resources
 from .models import DNS_LABEL, AuditEvent, NotificationOptOut, QuotaRequest, Team, TeamNamespace
@@ -76,6 +76,13 @@ class RequestForm(PortalForm):
     resource = forms.ChoiceField(
         choices=(), help_text="Resources the namespace's cluster advertises."
     )
+    gpu_class = forms.ModelChoiceField(
+        queryset=GpuClass.objects.none(),
+        required=False,
+        empty_label="Any class",
+        label="GPU class",
+        help_text="A GPU model of the namespace's cluster, or any class.",
+    )
     amount = forms.IntegerField(min_value=1, widget=forms.NumberInput(attrs={"min": 1}))
     duration = forms.ChoiceField(
         choices=[(PERMANENT, "Permanent"), (WINDOW, "For a window")],
@@ -107,6 +114,13 @@ class RequestForm(PortalForm):
             f"{ns.cluster.slug}/{ns.name} ({ns.team.slug})"
         )
         self.fields["resource"].choices = self._resource_choices(namespaces)
+        classes = GpuClass.objects.filter(cluster__in=namespaces.values("cluster")).select_related(
+            "cluster"
+        )
+        self.fields["gpu_class"].queryset = classes
+        self.fields["gpu_class"].label_from_instance = lambda c: (
+            f"{c.cluster.slug}: {c.name} ({c.capacity_text()})"
+        )
         # Most people are in one team with one namespace: nothing to choose then.
         if not self.is_bound:
             only_teams = list(teams[:2])

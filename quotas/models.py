@@ -15,7 +15,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from inventory.models import Cluster
+from inventory.models import Cluster, GpuClass
 
 DNS_LABEL = RegexValidator(
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
@@ -181,6 +181,10 @@ class CapacityLock(models.Model):
         ]
 
 
+def class_label(gpu_class: GpuClass | None) -> str:
+    return "any class" if gpu_class is None else gpu_class.name
+
+
 class GrantQuerySet(models.QuerySet):
     def active_at(self, when: datetime) -> GrantQuerySet:
         return self.filter(ended_at__isnull=True, starts_at__lte=when).filter(
@@ -204,6 +208,11 @@ class Grant(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     namespace = models.ForeignKey(TeamNamespace, on_delete=models.PROTECT, related_name="grants")
+    # The GPU class it reserves (null: any class of the cluster). Class + resource is
+    # all a grant says; each enforcement backend maps it (docs/quotas.md, "GPU classes").
+    gpu_class = models.ForeignKey(
+        GpuClass, on_delete=models.PROTECT, null=True, blank=True, related_name="grants"
+    )
     resource = models.CharField(max_length=100)
     amount = models.PositiveIntegerField()
     starts_at = models.DateTimeField()
@@ -282,6 +291,10 @@ class QuotaRequest(models.Model):
     target_grant = models.ForeignKey(
         Grant, on_delete=models.PROTECT, null=True, blank=True, related_name="change_requests"
     )
+    gpu_class = models.ForeignKey(
+        GpuClass, on_delete=models.PROTECT, null=True, blank=True, related_name="requests",
+        help_text="empty: any class",
+    )  # fmt: skip
     resource = models.CharField(max_length=100)
     amount = models.PositiveIntegerField()
     starts_at = models.DateTimeField()

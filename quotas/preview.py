@@ -11,14 +11,16 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Sum
+from django.db.models import Q, Sum
 from django.utils import timezone
 
-from inventory.models import GpuPod, NodeResource, is_gpu_resource
+from inventory.models import GpuClass, GpuPod, NodeResource, is_gpu_resource
 
 from . import limits
+from .capacity import Capacity, Headroom
 from .models import ForeignQuota, Grant, Operation, TeamNamespace
 
 
@@ -152,3 +154,62 @@ def held_everywhere() -> list[Held]:
             if key not in held.awaiting or v["hard"] < held.awaiting[key]["hard"]:
                 held.awaiting[key] = v
     return list(merged.values())
+
+
+@dataclass
+class Outlook:
+    """Before a request is sent: for its class (None: any) and resource, what the
+    namespace holds (active grants), what its pods use, and what is free now and over
+    the asked window, by the one definition of free (quotas/capacity.py)."""
+
+    gpu_class: GpuClass | None
+    resource: str
+    held: int
+    used: int
+    free_now: Headroom
+    free_window: Headroom
+    enforced: bool
+
+    def as_dict(self) -> dict:
+        return {
+            "gpu_class": self.gpu_class.slug if self.gpu_class else None,
+            "capacity_text": self.gpu_class.capacity_text() if self.gpu_class else "",
+            "resource": self.resource,
+            "held": self.held,
+            "used": self.used,
+            "free_now": self.free_now.free,
+            "free_window": self.free_window.free,
+            "class_enforced": self.enforced,
+        }
+
+
+def outlook(
+    ns: TeamNamespace,
+    gpu_class: GpuClass | None,
+    resource: str,
+    start: datetime | None = None,
+    end: datetime | None = None,
+) -> Outlook:
+    """Held counts the namespace's active grants of this class (all classes when None)
+    plus its any-class grants; used, its scheduled pods on the class's nodes (all its
+    pods when None)."""
+    now = timezone.now()
+    start = max(start or now, now)
+    grants = Grant.objects.filter(namespace=ns, resource=resource).active_at(now)
+    if gpu_class is not None:
+        grants = grants.filter(Q(gpu_class=gpu_class) | Q(gpu_class__isnull=True))
+    pods = GpuPod.objects.filter(cluster_id=ns.cluster_id, namespace=ns.name)
+    if gpu_class is not None:
+        pods = pods.filter(node__gpu_class=gpu_class)
+    cap = Capacity([ns.cluster_id], [resource], now=now)
+    return Outlook(
+        gpu_class=gpu_class,
+        resource=resource,
+        held=int(grants.aggregate(total=Sum("amount"))["total"] or 0),
+        used=sum(int(p.get(resource, 0)) for p in pods.values_list("requests", flat=True)),
+        free_now=cap.free(
+            ns.cluster_id, gpu_class, resource, now, now + timedelta(seconds=1), namespace=ns.name
+        ),
+        free_window=cap.free(ns.cluster_id, gpu_class, resource, start, end, namespace=ns.name),
+        enforced=ns.cluster.enforces_classes,
+    )

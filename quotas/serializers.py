@@ -16,6 +16,8 @@ from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from inventory.models import GpuClass
+
 from . import services
 from .capacity import advertised_resources
 from .models import (
@@ -127,11 +129,15 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
     namespace = NamespaceSerializer(read_only=True)
     requested_by = username()
     decided_by = username()
+    gpu_class = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True, help_text="GPU class slug; null: any class"
+    )
 
     class Meta:
         model = QuotaRequest
         fields = [
-            "id", "status", "kind", "team", "namespace", "resource", "amount", "starts_at",
+            "id", "status", "kind", "team", "namespace", "gpu_class", "resource", "amount",
+            "starts_at",
             "ends_at", "justification", "target_grant", "requested_by", "on_behalf",
             "decided_by", "decided_at", "decision_note", "grant", "created_at", "updated_at",
         ]  # fmt: skip
@@ -150,6 +156,9 @@ class GrantSerializer(serializers.ModelSerializer):
     team = serializers.SlugRelatedField(source="namespace.team", slug_field="slug", read_only=True)
     namespace = NamespaceSerializer(read_only=True)
     kind = enum(Grant.Kind, read_only=True)
+    gpu_class = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True, help_text="GPU class slug; null: any class"
+    )
     state = serializers.SerializerMethodField(
         help_text="active, upcoming, expired or released (now)"
     )
@@ -157,7 +166,8 @@ class GrantSerializer(serializers.ModelSerializer):
     class Meta:
         model = Grant
         fields = [
-            "id", "team", "namespace", "resource", "amount", "starts_at", "ends_at", "kind",
+            "id", "team", "namespace", "gpu_class", "resource", "amount", "starts_at",
+            "ends_at", "kind",
             "state", "ended_at", "end_reason", "created_at",
         ]  # fmt: skip
         read_only_fields = fields
@@ -240,6 +250,11 @@ class QuotaRequestCreateSerializer(serializers.Serializer):
     resource = serializers.CharField(
         required=False, max_length=100, help_text="nvidia.com/gpu or nvidia.com/mig-*"
     )
+    gpu_class = serializers.SlugField(
+        required=False, allow_null=True, max_length=63,
+        help_text="slug of a GPU class of the namespace's cluster (GET /api/v1/gpu-classes/); "
+        "empty: any class. Renewals and releases keep the grant's class.",
+    )  # fmt: skip
     amount = serializers.IntegerField(required=False)
     starts_at = serializers.DateTimeField(required=False, allow_null=True, help_text="empty: now")
     ends_at = serializers.DateTimeField(
@@ -289,6 +304,18 @@ class QuotaRequestCreateSerializer(serializers.Serializer):
         }
         if missing:
             raise serializers.ValidationError(missing)
+        gpu_class = None
+        if new and attrs.get("gpu_class"):
+            gpu_class = GpuClass.objects.filter(
+                cluster_id=namespace.cluster_id, slug=attrs["gpu_class"]
+            ).first()
+            if gpu_class is None:
+                raise serializers.ValidationError(
+                    {
+                        "gpu_class": f"No GPU class {attrs['gpu_class']!r} on cluster "
+                        f"{namespace.cluster.slug}."
+                    }
+                )
         return {
             "data": services.RequestData(
                 team=team,
@@ -300,6 +327,7 @@ class QuotaRequestCreateSerializer(serializers.Serializer):
                 ends_at=attrs.get("ends_at"),
                 kind=attrs["kind"],
                 target_grant=grant,
+                gpu_class=gpu_class,
             )
         }
 
@@ -382,3 +410,24 @@ class BaselineSerializer(serializers.Serializer):
                 {"resource": f"Cluster {cluster.slug} does not advertise {attrs['resource']}."}
             )
         return attrs
+
+
+class OutlookSerializer(serializers.Serializer):
+    """What a request would meet (quotas/preview.py ``outlook``), nothing stored."""
+
+    gpu_class = serializers.CharField(allow_null=True, help_text="null: any class")
+    capacity_text = serializers.CharField(help_text="e.g. 32 replicas on 8 GPUs")
+    resource = serializers.CharField()
+    held = serializers.IntegerField(
+        help_text="the namespace's active grants of this class plus its any-class grants"
+    )
+    used = serializers.IntegerField(help_text="its pods' requests on the class's nodes")
+    free_now = serializers.IntegerField()
+    free_window = serializers.IntegerField(help_text="free over the asked window")
+    class_enforced = serializers.BooleanField(
+        help_text="false: class not enforced by Kubernetes on this cluster (ResourceQuota)"
+    )
+    problems = serializers.DictField(
+        child=serializers.ListField(child=serializers.CharField()),
+        help_text="what submitting would refuse, per field (empty: it would be accepted)",
+    )

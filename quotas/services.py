@@ -15,11 +15,11 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from inventory.models import is_gpu_resource
+from inventory.models import GpuClass, is_gpu_resource
 
 from . import audit, notify
 from .apply import enqueue_apply
-from .capacity import advertised_resources, allocatable, headroom
+from .capacity import Headroom, advertised_resources, allocatable, free, headroom
 from .models import (
     CapacityLock,
     Grant,
@@ -91,6 +91,7 @@ class RequestData:
     ends_at: datetime | None = None
     kind: str = QuotaRequest.Kind.NEW
     target_grant: Grant | None = None
+    gpu_class: GpuClass | None = None  # None: any class
 
 
 def validate(user, data: RequestData, now: datetime | None = None) -> RequestData:
@@ -128,14 +129,21 @@ def validate(user, data: RequestData, now: datetime | None = None) -> RequestDat
             errors["resource"] = "Only nvidia.com/gpu and nvidia.com/mig-* resources."
         elif data.resource not in advertised_resources(cluster):
             errors["resource"] = f"Cluster {cluster.slug} does not advertise {data.resource}."
+        cls = data.gpu_class
+        if cls is not None and cls.cluster_id != cluster.pk:
+            errors["gpu_class"] = f"GPU class {cls.slug} is not on cluster {cluster.slug}."
+        elif cls is not None and "resource" not in errors and not cls.covers(data.resource):
+            errors["gpu_class"] = (
+                f"GPU class {cls.slug} does not cover {data.resource} "
+                f"(it covers {', '.join(cls.resources) or 'nothing now'})."
+            )
         if not isinstance(data.amount, int) or isinstance(data.amount, bool) or data.amount < 1:
             errors["amount"] = "A positive whole number."
-        elif "resource" not in errors:
-            total = allocatable(cluster, data.resource)
+        elif "resource" not in errors and "gpu_class" not in errors:
+            total = allocatable(cluster, data.resource, cls)
+            where = cluster.slug if cls is None else f"{cls.slug} on {cluster.slug}"
             if data.amount > total:
-                errors["amount"] = (
-                    f"More than the {total} {data.resource} allocatable on {cluster.slug}."
-                )
+                errors["amount"] = f"More than the {total} {data.resource} allocatable on {where}."
     data.justification = clean_justification(data.justification, errors)
     if errors:
         raise ValidationError(errors)
@@ -153,7 +161,7 @@ def _validate_change(data: RequestData, errors: dict[str, str], now: datetime) -
     if grant.state(now) not in ("active", "upcoming"):
         errors["target_grant"] = f"That grant is {grant.state(now)}."
         return
-    data.resource, data.amount = grant.resource, grant.amount
+    data.resource, data.amount, data.gpu_class = grant.resource, grant.amount, grant.gpu_class
     if data.kind == QuotaRequest.Kind.RELEASE:
         data.starts_at, data.ends_at = now, None
         return
@@ -199,7 +207,8 @@ def submit(user, data: RequestData) -> QuotaRequest:
     on_behalf = user.is_staff and not is_member(user, data.team)
     req = QuotaRequest.objects.create(
         team=data.team, namespace=data.namespace, kind=data.kind,
-        target_grant=data.target_grant, resource=data.resource, amount=data.amount,
+        target_grant=data.target_grant, gpu_class=data.gpu_class, resource=data.resource,
+        amount=data.amount,
         starts_at=data.starts_at, ends_at=data.ends_at, justification=data.justification,
         requested_by=user, on_behalf=on_behalf,
     )  # fmt: skip
@@ -232,7 +241,10 @@ def approve(
 
     The (cluster, resource) capacity row is locked first, then the request: concurrent
     approvals drawing from the same pool run one after the other, and the second sees
-    the first one's grant, so no window can exceed allocatable x ratio.
+    the first one's grant, so no window can exceed allocatable x ratio. The row is per
+    pool, not per class, on purpose: a class grant draws from its class AND the pool
+    (any-class grants draw from the pool), so approvals in different classes of one
+    resource compete for the same pool and must not run side by side.
     """
     if not (_system or by.is_staff):
         raise PermissionError("Only portal admins approve requests.")
@@ -264,18 +276,10 @@ def approve(
             raise ValidationError(
                 {"ends_at": "A shorter window only: after the start, not after the request's end."}
             )
-        room = headroom(cluster, req.resource, req.starts_at, window_end)
+        room = free(cluster, req.gpu_class, req.resource, req.starts_at, window_end,
+                    namespace=req.namespace.name)  # fmt: skip
         if amount > room.free:
-            raise CapacityError(
-                {
-                    "amount": (
-                        f"Only {max(room.free, 0)} {req.resource} free on {cluster.slug} in "
-                        f"this window ({room.reserved} of {room.limit} reserved, "
-                        f"allocatable {room.allocatable} x ratio {room.ratio}); "
-                        f"{amount} asked."
-                    )
-                }
-            )
+            raise CapacityError({"amount": refusal(room, cluster, amount)})
         if req.kind == QuotaRequest.Kind.RENEWAL:
             grant = Grant.objects.select_for_update().get(pk=req.target_grant_id)
             before = {"ends_at": grant.ends_at.isoformat() if grant.ends_at else None}
@@ -285,7 +289,8 @@ def approve(
                          after={"ends_at": window_end.isoformat()})  # fmt: skip
         else:
             grant = Grant.objects.create(
-                namespace=req.namespace, resource=req.resource, amount=amount,
+                namespace=req.namespace, gpu_class=req.gpu_class, resource=req.resource,
+                amount=amount,
                 starts_at=req.starts_at, ends_at=window_end, start_applied=req.starts_at <= now,
             )  # fmt: skip
             audit.record(by, "grant.created", grant, team=req.team, after=_grant_snapshot(grant))
@@ -305,6 +310,24 @@ def approve(
     )
     notify.decided(req)
     return req
+
+
+def refusal(room: Headroom, cluster, amount: int) -> str:
+    """Why an approval does not fit: the class's figure, or the pool's where it binds."""
+    fig = room.pool if room.capped_by_pool else room
+    where = f"on {cluster.slug}"
+    if room.gpu_class is not None:
+        where = (
+            f"on {cluster.slug} (all classes)"
+            if room.capped_by_pool
+            else (f"in class {room.gpu_class.slug} on {cluster.slug}")
+        )
+    held = f", {fig.beyond} held by pods beyond their grants" if fig.beyond else ""
+    return (
+        f"Only {max(room.free, 0)} {room.resource} free {where} in this window "
+        f"({fig.reserved} of {fig.limit} reserved{held}, "
+        f"allocatable {fig.allocatable} x ratio {fig.ratio}); {amount} asked."
+    )
 
 
 def clean_justification(text: str | None, errors: dict[str, str]) -> str:
@@ -352,6 +375,7 @@ def _snapshot(req: QuotaRequest) -> dict:
     return {
         "kind": req.kind,
         "namespace": str(req.namespace),
+        "gpu_class": req.gpu_class.slug if req.gpu_class else None,
         "resource": req.resource,
         "amount": req.amount,
         "starts_at": req.starts_at.isoformat(),
@@ -363,6 +387,7 @@ def _snapshot(req: QuotaRequest) -> dict:
 def _grant_snapshot(grant: Grant) -> dict:
     return {
         "namespace": str(grant.namespace),
+        "gpu_class": grant.gpu_class.slug if grant.gpu_class else None,
         "resource": grant.resource,
         "amount": grant.amount,
         "starts_at": grant.starts_at.isoformat(),
@@ -416,7 +441,7 @@ def set_baseline(namespace: TeamNamespace, resource: str, amount: int, by) -> Gr
                      before={"amount": current.amount}, after={"amount": amount})  # fmt: skip
     grant = None
     if amount > 0:
-        room = headroom(cluster, resource, now, None)
+        room = headroom(cluster, resource, now, None, namespace=namespace.name)
         if amount > room.free:
             raise CapacityError(
                 {"amount": f"Only {max(room.free, 0)} {resource} free on {cluster.slug}."}

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from inventory.models import Cluster
 
-from ..capacity import DEFAULT_RATIO, Headroom, bulk_limits, timeline
+from ..capacity import DEFAULT_RATIO, Capacity, Headroom, bulk_limits, timeline
 from ..models import (
     Grant,
 )
@@ -30,6 +30,8 @@ def capacity(request: HttpRequest) -> HttpResponse:
     now = timezone.now()
     clusters = list(Cluster.objects.all())
     limits = bulk_limits({c.pk for c in clusters})
+    # Pods beyond their grants hold capacity on every day shown (quotas/capacity.py).
+    held = Capacity({c.pk for c in clusters}, now=now).beyond
     granted = set(
         Grant.objects.filter(ended_at__isnull=True).values_list("namespace__cluster_id", "resource")
     )
@@ -40,18 +42,20 @@ def capacity(request: HttpRequest) -> HttpResponse:
         for resource in resources:
             room = limits.get((cluster.pk, resource)) or Headroom(resource, 0, DEFAULT_RATIO, 0, 0)
             days = timeline(cluster, resource, now, days=CAPACITY_DAYS)
+            beyond = held.get((cluster.pk, None, resource), 0)
             scale = max([room.limit, *(r for _, r in days), 1])
             peak_day, peak = max(days, key=lambda d: d[1]) if days else (now, 0)
             charts.append(
                 {
                     "resource": resource,
                     "room": room,
+                    "beyond": beyond,
                     "days": [
                         {
                             "day": d,
                             "reserved": r,
-                            "free": room.limit - r,
-                            "over": r > room.limit,
+                            "free": room.limit - r - beyond,
+                            "over": r + beyond > room.limit,
                             "pct": round(100 * r / scale, 1),
                         }
                         for d, r in days

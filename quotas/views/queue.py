@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections import defaultdict
 
 from django.contrib.auth.decorators import login_required
-from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
@@ -13,7 +12,7 @@ from django.utils import timezone
 from telemetry.insight import annotate_renewals
 
 from .. import preview
-from ..capacity import DEFAULT_RATIO, Headroom, bulk_limits, peak
+from ..capacity import Capacity
 from ..models import (
     Grant,
     QuotaRequest,
@@ -35,37 +34,37 @@ def queue(request: HttpRequest) -> HttpResponse:
     now = timezone.now()
     pending = list(
         QuotaRequest.objects.filter(status=QuotaRequest.Status.PENDING)
-        .select_related("team", "namespace__cluster", "requested_by", "target_grant")
+        .select_related(
+            "team", "namespace__cluster", "requested_by", "target_grant", "gpu_class__cluster"
+        )
         .order_by("created_at")
     )
     annotate_renewals(pending)  # the team's measured use of each grant up for renewal
     namespaces = list({r.namespace_id: r.namespace for r in pending}.values())
     cluster_ids = {ns.cluster_id for ns in namespaces}
-    limits = bulk_limits(cluster_ids)
+    # The same figures as the approval computes (quotas/capacity.py free), in bulk.
+    capacity = Capacity(cluster_ids, {r.resource for r in pending}, now=now)
     usage = _usage(namespaces)
     states = preview.states(namespaces, now)
     held = preview.held_everywhere()
-    pools = defaultdict(list)  # (cluster id, resource) -> grant windows still counting
     ns_grants = defaultdict(list)
     ns_ids = {ns.pk for ns in namespaces}
-    open_grants = Grant.objects.filter(ended_at__isnull=True).filter(
-        Q(namespace__cluster_id__in=cluster_ids, resource__in={r.resource for r in pending})
-        | Q(namespace_id__in=ns_ids)
-    )
-    for g in open_grants.select_related("namespace").order_by("starts_at"):
-        pools[(g.namespace.cluster_id, g.resource)].append((g.starts_at, g.ends_at, g.amount))
-        if g.namespace_id in ns_ids and g.state(now) == "active":
+    for g in (
+        Grant.objects.filter(ended_at__isnull=True, namespace_id__in=ns_ids)
+        .select_related("namespace", "gpu_class")
+        .order_by("starts_at")
+    ):
+        if g.state(now) == "active":
             ns_grants[g.namespace_id].append(g)
     rows = []
     for req in pending:
-        key = (req.namespace.cluster_id, req.resource)
-        base = limits.get(key) or Headroom(req.resource, 0, DEFAULT_RATIO, 0, 0)
-        room = Headroom(
-            resource=req.resource,
-            allocatable=base.allocatable,
-            ratio=base.ratio,
-            limit=base.limit,
-            reserved=peak(pools[key], req.starts_at, req.ends_at),
+        room = capacity.free(
+            req.namespace.cluster_id,
+            req.gpu_class,
+            req.resource,
+            req.starts_at,
+            req.ends_at,
+            namespace=req.namespace.name,
         )
         grants = ns_grants[req.namespace_id]
         st = states[req.namespace_id]

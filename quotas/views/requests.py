@@ -73,12 +73,23 @@ def request_new(request: HttpRequest) -> HttpResponse:
     form = RequestForm(
         request.POST or None, initial=initial, teams=teams_qs, member_team_ids=member_ids
     )
-    if request.method == "POST" and form.is_valid():
+    outlook = None
+    if request.method == "POST" and "preview" in request.POST:
+        # "Check what is free": the figures for the chosen class, nothing submitted.
+        form.is_valid()
+        d = form.cleaned_data
+        if d.get("namespace") and d.get("resource"):
+            outlook = preview.outlook(
+                d["namespace"], d.get("gpu_class"), d["resource"], d.get("starts_at"),
+                d.get("ends_at"),
+            )  # fmt: skip
+        form = RequestForm(initial=request.POST.dict(), teams=teams_qs, member_team_ids=member_ids)
+    elif request.method == "POST" and form.is_valid():
         d = form.cleaned_data
         data = services.RequestData(
             team=d["team"], namespace=d["namespace"], resource=d["resource"],
             amount=d["amount"], justification=d["justification"],
-            starts_at=d["starts_at"], ends_at=d["ends_at"],
+            starts_at=d["starts_at"], ends_at=d["ends_at"], gpu_class=d["gpu_class"],
         )  # fmt: skip
         req = _submit(request, form, data)
         if req is not None:
@@ -87,7 +98,7 @@ def request_new(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "quotas/request_new.html",
-        {"form": form, "no_teams": not teams_qs.exists()},
+        {"form": form, "no_teams": not teams_qs.exists(), "outlook": outlook},
     )
 
 
@@ -206,7 +217,10 @@ def _namespace_context(req: QuotaRequest, now: datetime) -> dict:
 
 
 def _headroom(req: QuotaRequest) -> Headroom:
-    return headroom(req.namespace.cluster, req.resource, req.starts_at, req.ends_at)
+    return headroom(
+        req.namespace.cluster, req.resource, req.starts_at, req.ends_at,
+        gpu_class=req.gpu_class, namespace=req.namespace.name,
+    )  # fmt: skip
 
 
 def _can_cancel(user, req: QuotaRequest) -> bool:
