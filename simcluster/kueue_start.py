@@ -22,23 +22,12 @@ from typing import Any
 from simcluster import kueue_validation as kv
 from simcluster.daemonsets import untolerated
 from simcluster.fleet import now_iso
-from simcluster.kueue_status import set_condition
+from simcluster.kueue_status import _d, _true, set_condition
 from simcluster.kueue_types import API_VERSION, GATE, MANAGER, POD_FINALIZER, QUEUE_LABEL
 from simcluster.quota import effective
 from simcluster.resources import RT
 
 TERMINAL = ("Succeeded", "Failed")
-
-
-def _d(v: Any) -> dict[str, Any]:
-    return v if isinstance(v, dict) else {}
-
-
-def _true(obj: dict[str, Any], typ: str) -> bool:
-    return any(
-        _d(c).get("type") == typ and _d(c).get("status") == "True"
-        for c in _d(obj.get("status")).get("conditions") or []
-    )
 
 
 def workload_name(kind: str, group: str, name: str, uid: str) -> str:
