@@ -117,6 +117,33 @@ class InventoryCollector:
             for key, family in families.items():
                 family.add_metric(labels, row[key] or 0)
         yield from families.values()
+        yield from self._classes()
+
+    @staticmethod
+    def _classes():
+        """Per GPU class: the fleet page's "By GPU class" figures (inventory.summary
+        class_figures, i.e. quotas.capacity's one definition of free)."""
+        from inventory.summary import class_figures
+
+        helps = {
+            "allocatable": "Allocatable of the resource on the class's nodes",
+            "reserved": "What grants of the class reserve at peak from now",
+            "held_beyond_grants": "What scheduled pods hold beyond their namespace's grants",
+            "free": "Free to grant in the class now (capped by the cluster's pool)",
+        }
+        families = {
+            key: GaugeMetricFamily(
+                f"portal_gpu_class_{key}", text, labels=["cluster", "gpu_class", "resource"]
+            )
+            for key, text in helps.items()
+        }
+        for f in class_figures(list(Cluster.objects.all())):
+            labels = [f.gpu_class.cluster.slug, f.gpu_class.slug, f.resource]
+            values = {"allocatable": f.room.allocatable, "reserved": f.room.reserved,
+                      "held_beyond_grants": f.room.beyond, "free": f.free}  # fmt: skip
+            for key, family in families.items():
+                family.add_metric(labels, values[key])
+        yield from families.values()
 
 
 class QuotaCollector:

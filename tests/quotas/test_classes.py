@@ -164,6 +164,11 @@ def test_fleet_page_and_queue_show_the_same_free_h100_figure(client, fleet):
     api = client.get("/api/v1/gpu-classes/", {"cluster": "prod"}).json()
     (h100,) = [c for c in api["results"] if c["slug"] == fleet["h100"].slug]
     assert [x["free"] for x in h100["capacity"] if x["resource"] == GPU] == [9]
+    metrics = client.get("/metrics").content.decode()  # a staff session may scrape
+    labels = f'cluster="prod",gpu_class="{fleet["h100"].slug}",resource="{GPU}"'
+    assert f"portal_gpu_class_free{{{labels}}} 9.0" in metrics
+    assert f"portal_gpu_class_reserved{{{labels}}} 5.0" in metrics
+    assert f"portal_gpu_class_held_beyond_grants{{{labels}}} 2.0" in metrics
     assert Capacity([fleet["cluster"].pk]).free(
         fleet["cluster"].pk, fleet["h100"], GPU, timezone.now(), None
     ).free == 9  # fmt: skip
