@@ -11,7 +11,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from .. import preview
+from .. import offclass, preview
 from ..capacity import bulk_limits
 from ..limits import EffectiveLimit
 from ..models import (
@@ -68,6 +68,7 @@ class NamespaceView:
     active: list[Grant] = field(default_factory=list)
     upcoming: list[Grant] = field(default_factory=list)
     ended: list[Grant] = field(default_factory=list)
+    off_class: list = field(default_factory=list)  # quotas.offclass.OffClassPod
 
 
 @login_required
@@ -89,7 +90,9 @@ def teams(request: HttpRequest) -> HttpResponse:
     )
 
     states = preview.states(namespaces, now)
-    views = {ns.pk: NamespaceView(ns, states[ns.pk]) for ns in namespaces}
+    off = offclass.off_class(namespaces, now)
+    views = {ns.pk: NamespaceView(ns, states[ns.pk], off_class=off.get(ns.pk, []))
+             for ns in namespaces}  # fmt: skip
     granted = defaultdict(int)
     for g in grants:
         view = views[g.namespace_id]

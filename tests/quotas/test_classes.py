@@ -274,3 +274,29 @@ def test_the_capacity_timeline_counts_pods_beyond_grants_in_its_free(client, fle
     (gpu,) = [c for c in section["charts"] if c["resource"] == GPU]
     assert (gpu["beyond"], gpu["days"][1]["free"]) == (3, 56 - 10 - 3)
     assert gpu["days"][1]["free"] == free(fleet["cluster"], None, GPU, timezone.now(), None).free
+
+
+@pytest.mark.django_db
+def test_pods_on_a_class_the_namespace_holds_no_grant_for_are_reported(fleet, client):
+    from inventory.models import Node
+    from quotas.offclass import off_class
+
+    ns, h100 = fleet["ns"], fleet["h100"]
+    make_grant(ns, 4, gpu_class=h100)
+    make_pod(Node.objects.get(name="h1"), "on-class", namespace="ml-vision", gpus=2)
+    stray = make_pod(Node.objects.get(name="a1"), "off-class", namespace="ml-vision", gpus=2)
+    make_pod(Node.objects.get(name="a1"), "other-team", namespace="nlp", gpus=1)  # no grants
+    (found,) = off_class([ns])[ns.pk]
+    assert (found.pod.pk, found.resource, found.amount) == (stray.pk, GPU, 2)
+    assert found.node_class == fleet["a100"].name and found.granted_classes == (h100.name,)
+
+    client.force_login(fleet["rob"])
+    body = client.get(reverse("quotas:teams")).content.decode()
+    assert "data-off-class" in body and "off-class" in body and fleet["a100"].name in body
+
+    make_grant(ns, 2)  # an any-class grant: the team does not mind which GPUs
+    assert off_class([ns]) == {}
+    Grant.objects.filter(namespace=ns, gpu_class__isnull=True).delete()
+    Cluster.objects.filter(pk=fleet["cluster"].pk).update(enforcement="kueue")
+    ns.cluster.refresh_from_db()
+    assert off_class([ns]) == {}  # where Kueue enforces classes there is nothing to report
