@@ -171,6 +171,19 @@ class QuotaCollector:
                 used.add_metric([*base, key.removeprefix("requests.")], float(value))
         yield hard
         yield used
+        from quotas.demand import pending_demand
+
+        waiting = GaugeMetricFamily(
+            "portal_gpu_demand_pending",
+            "GPUs asked for by unscheduled pending pods, per namespace (quotas/demand.py)",
+            labels=["team", "cluster", "namespace", "resource"],
+        )
+        namespaces = list(TeamNamespace.objects.select_related("team", "cluster"))
+        by_id = {ns.pk: ns for ns in namespaces}
+        for (ns_id, resource), d in sorted(pending_demand(namespaces).items(), key=str):
+            ns = by_id[ns_id]
+            waiting.add_metric([ns.team.slug, ns.cluster.slug, ns.name, resource], d.amount)
+        yield waiting
         pending = GaugeMetricFamily(
             "portal_quota_requests_pending", "Quota requests waiting for an admin"
         )

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from telemetry.insight import annotate_renewals
 
-from .. import preview
+from .. import demand, preview
 from ..capacity import Capacity
 from ..models import (
     Grant,
@@ -47,6 +47,7 @@ def queue(request: HttpRequest) -> HttpResponse:
     usage = _usage(namespaces)
     states = preview.states(namespaces, now)
     held = preview.held_everywhere()
+    waiting = demand.pending_demand(namespaces)
     ns_grants = defaultdict(list)
     ns_ids = {ns.pk for ns in namespaces}
     for g in (
@@ -79,6 +80,7 @@ def queue(request: HttpRequest) -> HttpResponse:
                 "effective": st.effective.get(req.resource),
                 "change": st.change(req.resource, req.amount),
                 "state": st,
+                "pending": waiting.get((req.namespace_id, req.resource)),
             }
         )
     return render(request, "quotas/queue.html", {"rows": rows, "next": request.path, "held": held})

@@ -11,7 +11,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from .. import offclass, preview
+from .. import demand, offclass, preview
 from ..capacity import bulk_limits
 from ..limits import EffectiveLimit
 from ..models import (
@@ -38,6 +38,7 @@ class ResourceRow:
     used: int
     limit: int
     effective: EffectiveLimit | None = None
+    pending: object = None  # quotas.demand.Demand of unscheduled pending pods
 
     @property
     def scale(self) -> int:
@@ -91,6 +92,7 @@ def teams(request: HttpRequest) -> HttpResponse:
 
     states = preview.states(namespaces, now)
     off = offclass.off_class(namespaces, now)
+    waiting = demand.pending_demand(namespaces)
     views = {ns.pk: NamespaceView(ns, states[ns.pk], off_class=off.get(ns.pk, []))
              for ns in namespaces}  # fmt: skip
     granted = defaultdict(int)
@@ -119,6 +121,7 @@ def teams(request: HttpRequest) -> HttpResponse:
                     used=usage.get((ns.pk, resource), 0),
                     limit=lim.limit if lim else 0,
                     effective=view.state.effective.get(resource),
+                    pending=waiting.get((ns.pk, resource)),
                 )
             )
         view.ended = sorted(view.ended, key=lambda g: g.ended_at or g.ends_at, reverse=True)[

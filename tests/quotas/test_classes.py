@@ -300,3 +300,25 @@ def test_pods_on_a_class_the_namespace_holds_no_grant_for_are_reported(fleet, cl
     Cluster.objects.filter(pk=fleet["cluster"].pk).update(enforcement="kueue")
     ns.cluster.refresh_from_db()
     assert off_class([ns]) == {}  # where Kueue enforces classes there is nothing to report
+
+
+@pytest.mark.django_db
+def test_pending_demand_is_the_same_on_the_team_page_the_queue_and_metrics(fleet, client):
+    from inventory.models import Node
+
+    cluster = fleet["cluster"]
+    for i, gpus in enumerate((2, 3)):  # admitted by quota, no node has room yet
+        GpuPod.objects.create(cluster=cluster, namespace="ml-vision", name=f"wait-{i}",
+                              phase="Pending", requests={GPU: gpus})  # fmt: skip
+    make_pod(Node.objects.get(name="h1"), "bound", namespace="ml-vision", gpus=1,
+             phase="Pending")  # fmt: skip  # on a node: starting, not waiting
+    request(fleet, 4)
+    admin = make_user("ada", staff=True)
+    client.force_login(admin)
+    team_page = client.get(reverse("quotas:teams")).content.decode()
+    assert 'data-pending>5 <small class="muted">in 2 pending pods' in team_page
+    (row,) = client.get(reverse("quotas:queue")).context["rows"]
+    assert (row["pending"].amount, row["pending"].pods) == (5, 2)
+    metrics = client.get("/metrics").content.decode()
+    assert ('portal_gpu_demand_pending{cluster="prod",namespace="ml-vision",'
+            f'resource="{GPU}",team="vision"}} 5.0') in metrics  # fmt: skip
