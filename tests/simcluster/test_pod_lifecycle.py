@@ -238,8 +238,12 @@ def test_podgc_deletes_pods_of_a_vanished_node() -> None:
 
 
 def test_terminating_gpu_pods_keep_the_node_busy_for_mig() -> None:
-    """mig-manager refuses while the GPU pods still run; the kubelet frees them later."""
-    with _sim(DEMO, pod_stop_s=1.5) as s, make_api(s) as a:
+    """mig-manager refuses while the GPU pods still run; once they are gone it applies.
+
+    The pods take a minute to stop (no race with mig-manager's own steps); a second
+    DELETE with ``gracePeriodSeconds=0`` then shortens their grace, as a real API server
+    allows (pkg/registry/rest/delete.go: a second delete may only shorten)."""
+    with _sim(DEMO, pod_stop_s=60) as s, make_api(s) as a:
         v1 = client.CoreV1Api(a)
         for i in range(4):
             v1.delete_namespaced_pod(f"yolo-mig-{i}", "ml-vision")
@@ -250,6 +254,8 @@ def test_terminating_gpu_pods_keep_the_node_busy_for_mig() -> None:
             return st if st in ("success", "failed") else None
 
         assert wait_until(state) == "failed"  # pods terminating: GPUs still in use
+        for i in range(4):
+            v1.delete_namespaced_pod(f"yolo-mig-{i}", "ml-vision", grace_period_seconds=0)
         wait_until(
             lambda: (
                 not v1.list_namespaced_pod("ml-vision", label_selector="app=yolo").items
