@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from inventory.models import GpuPod
-
+from . import limits
 from .models import TeamNamespace
 
 
@@ -23,24 +22,19 @@ class Demand:
     amount: int = 0
 
 
-def pending_demand(namespaces: list[TeamNamespace]) -> dict:
-    """``{(namespace id, resource): Demand}`` of unscheduled pending pods, in one query."""
-    by_key = {(ns.cluster_id, ns.name): ns.pk for ns in namespaces}
+def pending_demand(namespaces: list[TeamNamespace], *, pods: dict | None = None) -> dict:
+    """``{(namespace id, resource): Demand}`` of unscheduled pending pods. ``pods``: the
+    namespaces' pods already loaded (``limits.pods_by_namespace``, as ``preview.states``
+    holds them); otherwise one query."""
+    if pods is None:
+        pods = limits.pods_by_namespace(namespaces)
     out: dict = defaultdict(Demand)
-    if not by_key:
-        return out
-    pods = GpuPod.objects.filter(
-        phase="Pending",
-        node_name="",
-        cluster_id__in={c for c, _ in by_key},
-        namespace__in={n for _, n in by_key},
-    ).values_list("cluster_id", "namespace", "requests")
-    for cluster_id, namespace, requests in pods:
-        ns_id = by_key.get((cluster_id, namespace))
-        if ns_id is None:
-            continue
-        for resource, amount in (requests or {}).items():
-            d = out[(ns_id, resource)]
-            d.pods += 1
-            d.amount += int(amount)
+    for ns_id, ns_pods in pods.items():
+        for pod in ns_pods:
+            if pod.phase != "Pending" or pod.node_name:
+                continue
+            for resource, amount in (pod.requests or {}).items():
+                d = out[(ns_id, resource)]
+                d.pods += 1
+                d.amount += int(amount)
     return out

@@ -47,7 +47,7 @@ def queue(request: HttpRequest) -> HttpResponse:
     usage = _usage(namespaces)
     states = preview.states(namespaces, now)
     held = preview.held_everywhere()
-    waiting = demand.pending_demand(namespaces)
+    waiting = demand.pending_demand(namespaces, pods={k: st.pods for k, st in states.items()})
     ns_grants = defaultdict(list)
     ns_ids = {ns.pk for ns in namespaces}
     for g in (

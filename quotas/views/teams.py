@@ -91,8 +91,9 @@ def teams(request: HttpRequest) -> HttpResponse:
     )
 
     states = preview.states(namespaces, now)
-    off = offclass.off_class(namespaces, now)
-    waiting = demand.pending_demand(namespaces)
+    pods = {ns_id: st.pods for ns_id, st in states.items()}  # loaded once, for all three
+    off = offclass.off_class(namespaces, now, pods=pods)
+    waiting = demand.pending_demand(namespaces, pods=pods)
     views = {ns.pk: NamespaceView(ns, states[ns.pk], off_class=off.get(ns.pk, []))
              for ns in namespaces}  # fmt: skip
     granted = defaultdict(int)
