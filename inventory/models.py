@@ -52,7 +52,7 @@ class Cluster(models.Model):
 
     class Enforcement(models.TextChoices):
         RESOURCEQUOTA = "resourcequota", "ResourceQuota (class not enforced)"
-        KUEUE = "kueue", "Kueue (not implemented yet)"
+        KUEUE = "kueue", "Kueue (classes enforced per ResourceFlavor)"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     slug = models.SlugField(
@@ -93,9 +93,10 @@ class Cluster(models.Model):
     preflight_at = models.DateTimeField(null=True, blank=True)
     missing_permissions = models.JSONField(default=list, blank=True)
     permissions_checked_at = models.DateTimeField(null=True, blank=True)
-    # How grants become limits on this cluster. Only ResourceQuota is implemented: it
-    # cannot tell GPU models apart, so per-class grants are summed per resource and the
-    # class is not enforced by Kubernetes (docs/quotas.md, "GPU classes").
+    # How grants become limits on this cluster (docs/quotas.md, "Enforcement backends").
+    # ResourceQuota cannot tell GPU models apart: per-class grants are summed per resource
+    # and the class is not enforced by Kubernetes. Kueue enforces them: one ResourceFlavor
+    # per class, one ClusterQueue per team (quotas/kueue.py).
     enforcement = models.CharField(
         max_length=20, choices=Enforcement.choices, default=Enforcement.RESOURCEQUOTA
     )
@@ -119,10 +120,12 @@ class Cluster(models.Model):
             errors["preflight_namespaces"] = "Give namespace names (DNS labels), one per entry."
         elif len(names) > MAX_PREFLIGHT_NAMESPACES:
             errors["preflight_namespaces"] = f"At most {MAX_PREFLIGHT_NAMESPACES} namespaces."
-        if self.enforcement != self.Enforcement.RESOURCEQUOTA:
-            errors["enforcement"] = (
-                "Only ResourceQuota enforcement is implemented; Kueue is not available yet."
-            )
+        if self.enforcement == self.Enforcement.KUEUE and self.pk is not None:
+            from quotas.kueue import anyclass_blockers  # quotas builds on inventory
+
+            blockers = anyclass_blockers(self)
+            if blockers:
+                errors["enforcement"] = blockers
         if errors:
             raise ValidationError(errors)
 
@@ -216,6 +219,9 @@ class Node(models.Model):
         "GpuClass", on_delete=models.SET_NULL, null=True, blank=True, related_name="nodes"
     )
     unschedulable = models.BooleanField(default=False)
+    # spec.taints that keep pods off (NoSchedule, NoExecute): [{"key", "value", "effect"}].
+    # A Kueue ResourceFlavor of the node's class carries tolerations for them.
+    taints = models.JSONField(default=list, blank=True)
     ready = models.BooleanField(default=True)
     # Operand pods paused by mig-manager, or device plugin missing (GPU-FACTS 6).
     paused_operands = models.JSONField(default=list)

@@ -81,6 +81,7 @@ class NodeFacts:
     gpu_replicas: int
     instance_type: str
     unschedulable: bool
+    taints: list[dict[str, str]]
     ready: bool
     paused_operands: list[str]
     k8s_created_at: datetime | None
@@ -104,6 +105,7 @@ def node_fingerprint(obj: dict) -> str:
             meta.get("creationTimestamp"),
             meta.get("labels"),
             (obj.get("spec") or {}).get("unschedulable"),
+            (obj.get("spec") or {}).get("taints"),
             status.get("capacity"),
             status.get("allocatable"),
             ready,
@@ -154,11 +156,28 @@ def parse_node(obj: dict) -> NodeFacts:
         gpu_replicas=_int_label(labels, NV + "gpu.replicas", 1) or 1,
         instance_type=labels.get("node.kubernetes.io/instance-type", ""),
         unschedulable=bool(spec.get("unschedulable", False)),
+        taints=_scheduling_taints(spec.get("taints")),
         ready=ready,
         paused_operands=paused,
         k8s_created_at=_parse_time(meta.get("creationTimestamp")),
         resources=resources,
     )
+
+
+SCHEDULING_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+def _scheduling_taints(taints) -> list[dict[str, str]]:
+    """The taints that keep pods off a node (``PreferNoSchedule`` only discourages), in the
+    API's order; ``node.kubernetes.io/unschedulable`` is left out (it mirrors a cordon)."""
+    out = []
+    for t in taints or ():
+        if not isinstance(t, dict) or t.get("effect") not in SCHEDULING_EFFECTS:
+            continue
+        key = str(t.get("key") or "")
+        if key and key != "node.kubernetes.io/unschedulable":
+            out.append({"key": key, "value": str(t.get("value") or ""), "effect": t["effect"]})
+    return out
 
 
 def _driver_from_parts(labels: dict[str, str]) -> str:

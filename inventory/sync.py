@@ -41,7 +41,7 @@ NODE_FIELDS = [
     "uid", "labels", "gpu_product", "gpu_count", "gpu_memory_mib", "gpu_family",
     "compute_capability", "driver_version", "mig_capable", "mig_strategy", "mig_config",
     "mig_config_state", "sharing_strategy", "gpu_replicas", "instance_type", "unschedulable",
-    "ready", "paused_operands", "k8s_created_at",
+    "taints", "ready", "paused_operands", "k8s_created_at",
 ]  # fmt: skip
 # What tells a GPU pod row is stale. Requests are left out on purpose: a pod's GPU
 # requests are immutable (in-place resize covers cpu and memory only), so a new uid

@@ -200,6 +200,16 @@ QUOTA_NAME = env.str("QUOTA_NAME", default="gpu-portal-quota")
 QUOTA_MAX_DURATION_DAYS = env.int("QUOTA_MAX_DURATION_DAYS", default=90)
 QUOTA_REMINDER_DAYS = env.int("QUOTA_REMINDER_DAYS", default=3)
 QUOTA_OPERATION_LEASE_SECONDS = env.int("QUOTA_OPERATION_LEASE_SECONDS", default=300)
+# Kueue enforcement (docs/quotas.md, "Kueue"): the portal's objects are named with this
+# prefix (ResourceFlavor gpu-portal-<class>, ClusterQueue gpu-portal-<team>); the LocalQueue
+# in each team namespace is named KUEUE_LOCAL_QUEUE ("default" also catches pods without
+# the kueue.x-k8s.io/queue-name label). Kueue admits a workload only when every resource it
+# requests is covered, so the ClusterQueues also cover KUEUE_OTHER_RESOURCES (resource=
+# quantity) with a flavor without node labels; empty it when Kueue's
+# resources.excludeResourcePrefixes already leaves them out.
+KUEUE_NAME_PREFIX = env.str("KUEUE_NAME_PREFIX", default="gpu-portal-")
+KUEUE_LOCAL_QUEUE = env.str("KUEUE_LOCAL_QUEUE", default="default")
+KUEUE_OTHER_RESOURCES = env.dict("KUEUE_OTHER_RESOURCES", default={"cpu": "100k", "memory": "1Pi"})
 QUOTA_CONFIRM_SECONDS = env.float("QUOTA_CONFIRM_SECONDS", default=5.0)
 # How long the applying task itself waits for status.hard before a confirm task takes over
 # (0: hand over at once, so no worker waits on the quota controller).

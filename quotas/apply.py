@@ -22,6 +22,7 @@ from django.db.models import F, Sum
 from django.utils import timezone
 
 from inventory.kube import KubeError, KubeGateway
+from inventory.models import Cluster
 from portal import outbox
 
 from . import audit, limits
@@ -119,6 +120,8 @@ def run_operation(op_id, *, gateway: KubeGateway | None = None) -> str:
 
             mark_applying(req)
     ns = op.namespace
+    if ns.cluster.enforcement == Cluster.Enforcement.KUEUE:
+        return _run_kueue(op, attempt, ns, gateway)
     hard = desired_hard(ns)
     low = _lowering(op, ns, hard)
     if low:
@@ -141,6 +144,17 @@ def run_operation(op_id, *, gateway: KubeGateway | None = None) -> str:
         return _hand_over(op, attempt, hard)  # the status we know stays until confirmed
     record_status(ns, result)
     return _succeeded(op, attempt, hard)
+
+
+def _run_kueue(op: Operation, attempt: OperationAttempt, ns: TeamNamespace, gateway) -> str:
+    """The Kueue backend (quotas/kueue_apply.py): done once the ClusterQueue is applied."""
+    from .kueue_apply import apply_team
+
+    try:
+        nominal, note = apply_team(ns, gateway or KubeGateway(ns.cluster))
+    except KubeError as err:
+        return _failed(op, attempt, str(err), permanent=err.permanent)
+    return _succeeded(op, attempt, nominal, note=note)
 
 
 def confirm_operation(op_id, attempt_number: int, pause: float = CONFIRM_FIRST_PAUSE) -> str:
@@ -329,7 +343,9 @@ def _schedule_confirm(op: Operation, number: int, pause: float, *, countdown: fl
 
 
 @transaction.atomic
-def _succeeded(op: Operation, attempt: OperationAttempt, hard: dict[str, int]) -> str:
+def _succeeded(
+    op: Operation, attempt: OperationAttempt, hard: dict[str, int], *, note: str = ""
+) -> str:
     now = timezone.now()
     finished = Operation.objects.filter(
         pk=op.pk, status=Operation.Status.RUNNING, attempts=attempt.number
@@ -345,8 +361,9 @@ def _succeeded(op: Operation, attempt: OperationAttempt, hard: dict[str, int]) -
                  note=f"operation {op.pk} ({op.reason})")  # fmt: skip
     from .services import mark_applied
 
+    note = note or f"ResourceQuota {settings.QUOTA_NAME} applied"
     for req in op.requests.select_for_update():
-        mark_applied(req, note=f"ResourceQuota {settings.QUOTA_NAME} applied")
+        mark_applied(req, note=note)
     # Held operations that computed their quota before this one did are settled by it:
     # the cluster now holds what the database says.
     stale = Operation.objects.select_for_update().filter(
@@ -358,7 +375,7 @@ def _succeeded(op: Operation, attempt: OperationAttempt, hard: dict[str, int]) -
         other.last_error = f"superseded by operation {op.pk}"
         other.save(update_fields=["status", "finished_at", "applied_hard", "last_error"])
         for req in other.requests.select_for_update():
-            mark_applied(req, note=f"ResourceQuota {settings.QUOTA_NAME} applied")
+            mark_applied(req, note=note)
     return Operation.Status.SUCCEEDED
 
 

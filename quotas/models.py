@@ -481,3 +481,6 @@ class NotificationOptOut(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["user", "kind"], name="optout_unique"),
         ]
+
+
+from .models_kueue import TeamQueue  # noqa: E402,F401  (a model of this app, own module)

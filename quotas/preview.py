@@ -33,6 +33,10 @@ class Change:
     binding_after: str
     lowering: dict
     pods: list[GpuPod]
+    # "resourcequota": pods above a lowered limit keep running, new ones are refused at
+    # creation, and the apply waits for an admin's confirmation; "kueue": admitted
+    # workloads keep running, new ones queue, nothing waits (quotas/kueue_apply.py).
+    backend: str = "resourcequota"
 
     @property
     def capped(self) -> bool:
@@ -49,6 +53,9 @@ class NamespaceState:
     foreign: list[ForeignQuota]
     advertised: list[str]
     awaiting: dict = field(default_factory=dict)  # merged lowering of held operations
+    # On a Kueue cluster: {(class id, resource): (nominal, held by admitted workloads)} of
+    # the team's ClusterQueue (shared by its namespaces there); None elsewhere.
+    kueue: dict | None = None
 
     @property
     def needs_confirmation(self) -> bool:
@@ -67,7 +74,9 @@ class NamespaceState:
             hard[key] = max(hard.get(key, 0) + delta, 0)
         return hard
 
-    def change(self, resource: str, delta: int) -> Change:
+    def change(self, resource: str, delta: int, gpu_class: GpuClass | None = None) -> Change:
+        if self.kueue is not None:
+            return self._kueue_change(resource, delta, gpu_class)
         eff = self.effective.get(resource) or limits.EffectiveLimit(
             resource, 0, 0, settings.QUOTA_NAME
         )
@@ -81,9 +90,42 @@ class NamespaceState:
         return Change(resource, delta, after, limit_after, binding, low,
                       limits.pods_over(self.pods, low))  # fmt: skip
 
+    def _kueue_change(self, resource: str, delta: int, gpu_class: GpuClass | None) -> Change:
+        """Per class: the team's nominal quota after the change against what its admitted
+        workloads hold in that class (the ClusterQueue's flavorsUsage as last read)."""
+        from .kueue import flavor_name
+
+        nominal, held = self.kueue.get((gpu_class.pk if gpu_class else None, resource), (0, 0))
+        after = max(nominal + delta, 0)
+        low = {}
+        if gpu_class is not None and after < held:
+            low = {f"{flavor_name(gpu_class)}/{resource}": {"hard": after, "used": held}}
+        return Change(resource, delta, after, after, "Kueue", low, [], backend="kueue")
+
+
+def kueue_figures(namespaces: list[TeamNamespace], now=None) -> dict:
+    """{(team id, cluster id): {(class id, resource): (nominal, held)}} for the namespaces
+    on Kueue clusters (quotas/kueue.py for both figures)."""
+    from .kueue import class_rows
+    from .models import TeamQueue
+
+    keys = {(ns.team_id, ns.cluster_id) for ns in namespaces if ns.cluster.enforces_classes}
+    out: dict = {key: {} for key in keys}
+    if not keys:
+        return out
+    for tq in TeamQueue.objects.filter(
+        team_id__in={t for t, _ in keys}, cluster_id__in={c for _, c in keys}
+    ).select_related("team", "cluster"):
+        if (tq.team_id, tq.cluster_id) in keys:
+            out[(tq.team_id, tq.cluster_id)] = {
+                (r.gpu_class.pk, r.resource): (r.nominal, r.used) for r in class_rows(tq, now)
+            }
+    return out
+
 
 def states(namespaces: list[TeamNamespace], now=None) -> dict:
-    """NamespaceState per namespace id, in five queries whatever their number."""
+    """NamespaceState per namespace id, in five queries whatever their number (plus a few
+    per team on a Kueue cluster)."""
     now = now or timezone.now()
     granted = defaultdict(dict)
     rows = (
@@ -115,6 +157,7 @@ def states(namespaces: list[TeamNamespace], now=None) -> dict:
         for key, v in low.items():
             if key not in held[ns_id] or v["hard"] < held[ns_id][key]["hard"]:
                 held[ns_id][key] = v
+    queues = kueue_figures(namespaces, now)
     out = {}
     for ns in namespaces:
         own = {r: 0 for r in advertised[ns.cluster_id]} | granted[ns.pk]
@@ -127,6 +170,7 @@ def states(namespaces: list[TeamNamespace], now=None) -> dict:
             foreign=fq,
             advertised=sorted(advertised[ns.cluster_id]),
             awaiting=held.get(ns.pk, {}),
+            kueue=queues.get((ns.team_id, ns.cluster_id)),
         )
     return out
 

@@ -130,7 +130,11 @@ def validate(user, data: RequestData, now: datetime | None = None) -> RequestDat
         elif data.resource not in advertised_resources(cluster):
             errors["resource"] = f"Cluster {cluster.slug} does not advertise {data.resource}."
         cls = data.gpu_class
-        if cls is not None and cls.cluster_id != cluster.pk:
+        if cls is None and cluster.enforces_classes:
+            errors["gpu_class"] = (
+                f"Cluster {cluster.slug} enforces GPU classes through Kueue: choose a class."
+            )
+        elif cls is not None and cls.cluster_id != cluster.pk:
             errors["gpu_class"] = f"GPU class {cls.slug} is not on cluster {cluster.slug}."
         elif cls is not None and "resource" not in errors and not cls.covers(data.resource):
             errors["gpu_class"] = (
@@ -423,6 +427,11 @@ def set_baseline(namespace: TeamNamespace, resource: str, amount: int, by) -> Gr
     if amount < 0:
         raise ValidationError({"amount": "Zero or more."})
     cluster = namespace.cluster
+    if cluster.enforces_classes and amount > 0:
+        raise ValidationError({"amount": (
+            f"Cluster {cluster.slug} enforces GPU classes through Kueue and a baseline names "
+            "no class: grant a class through a request instead."
+        )})  # fmt: skip
     lock, _ = CapacityLock.objects.get_or_create(cluster=cluster, resource=resource)
     CapacityLock.objects.select_for_update().get(pk=lock.pk)
     now = timezone.now()

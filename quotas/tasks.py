@@ -12,6 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from inventory.kube import KubeError, KubeGateway
+from inventory.models import Cluster
 
 from . import audit, notify, preview
 from .adoption import record_foreign
@@ -22,6 +23,7 @@ from .apply import (
     redispatch_due,
     run_operation,
 )
+from .kueue_apply import reconcile_cluster
 from .models import Grant, Operation, TeamNamespace
 
 # Operations that own a namespace's quota for now: drift leaves the namespace to them.
@@ -67,7 +69,7 @@ def process_grant_windows() -> dict[str, int]:
             grant.ended_at, grant.end_reason = grant.ends_at, "expired"
             grant.save(update_fields=["ended_at", "end_reason"])
             # The same warning as on approval and release pages: below usage waits.
-            low = preview.state(grant.namespace).change(grant.resource, 0).lowering
+            low = preview.state(grant.namespace).change(grant.resource, 0, grant.gpu_class).lowering
             note = f"below usage, waits for an admin's confirmation: {low}" if low else ""
             audit.record(None, "grant.expired", grant, team=grant.namespace.team,
                          after={"ended_at": grant.ends_at.isoformat()}, note=note)  # fmt: skip
@@ -84,7 +86,11 @@ def process_grant_windows() -> dict[str, int]:
         )  # fmt: skip
         for grant in remind.select_related("namespace__team"):
             days = max(1, round((grant.ends_at - now) / timedelta(days=1)))
-            low = preview.state(grant.namespace).change(grant.resource, -grant.amount).lowering
+            low = (
+                preview.state(grant.namespace)
+                .change(grant.resource, -grant.amount, grant.gpu_class)
+                .lowering
+            )
             notify.grant_expiring(grant, days, low)
             grant.reminder_sent_at = now
             grant.save(update_fields=["reminder_sent_at"])
@@ -95,14 +101,15 @@ def process_grant_windows() -> dict[str, int]:
 @shared_task(ignore_result=True)
 def reconcile_quotas() -> dict[str, int]:
     """Compare every managed ResourceQuota with the database; revert hand edits; read
-    the foreign quotas of every team namespace (quotas/adoption.py).
+    the foreign quotas of every team namespace (quotas/adoption.py). On Kueue clusters
+    the teams' queues and flavors instead (quotas/kueue_apply.py), foreign quotas still.
 
     One list of the namespace's quotas serves both. Managed means the portal applied it
     before. Only the ``requests.nvidia.com/*`` keys the portal owns are compared; other
     managers' keys are theirs. A namespace with an apply in flight (or waiting for an
     admin's confirmation) is skipped: the apply will settle it.
     """
-    counts = {"checked": 0, "reverted": 0, "recreated": 0, "errors": 0}
+    counts = {"checked": 0, "reverted": 0, "recreated": 0, "created": 0, "errors": 0}
     managed = set(
         TeamNamespace.objects.filter(operations__status=Operation.Status.SUCCEEDED)
         .values_list("pk", flat=True)
@@ -113,6 +120,13 @@ def reconcile_quotas() -> dict[str, int]:
     for ns in TeamNamespace.objects.select_related("cluster", "team"):
         if ns.pk not in busy:
             by_cluster[ns.cluster].append(ns)
+    kueue_teams: dict = defaultdict(list)
+    for ns in TeamNamespace.objects.select_related("cluster", "team").filter(
+        cluster__enforcement=Cluster.Enforcement.KUEUE
+    ):
+        kueue_teams[ns.cluster].append(ns)
+    for cluster, namespaces in kueue_teams.items():
+        reconcile_cluster(cluster, namespaces, busy, counts)
     for cluster, namespaces in by_cluster.items():
         try:
             gw = KubeGateway(cluster)
@@ -130,7 +144,7 @@ def reconcile_quotas() -> dict[str, int]:
                     continue
                 counts["checked"] += 1
                 record_foreign(ns, quotas)  # records the portal quota's status too
-                if ns.pk in managed:
+                if ns.pk in managed and not cluster.enforces_classes:
                     own = [q for q in quotas if q["metadata"]["name"] == settings.QUOTA_NAME]
                     _reconcile_one(ns, own[0] if own else None, counts)
     return counts

@@ -10,7 +10,7 @@ The class is assembled from one module per concern, so each stays small:
 ``base`` (clients, errors, retries, inventory reads, quota writes), ``workloads``
 (the MIG coordinator's pods, evictions and ConfigMaps), ``namespaces`` (every quota and
 LimitRange in a namespace) and ``cluster`` (access reviews, the GPU Operator's
-ClusterPolicy). Every call here must be allowed
+ClusterPolicy), ``kueue`` (Kueue's flavors, queues and workloads). Every call here must be allowed
 by ``deploy/kubernetes/rbac.yaml``; the tests run the portal with exactly that RBAC.
 """
 
@@ -26,12 +26,15 @@ from .base import (
     shared_api_client,
 )
 from .cluster import CLUSTER_POLICY, ClusterCalls
+from .kueue import KUEUE_API, KueueCalls
 from .namespaces import NamespaceCalls
 from .quota_admin import QuotaAdminCalls
 from .workloads import WorkloadCalls
 
 
-class KubeGateway(WorkloadCalls, NamespaceCalls, QuotaAdminCalls, ClusterCalls, GatewayCore):
+class KubeGateway(
+    WorkloadCalls, NamespaceCalls, QuotaAdminCalls, ClusterCalls, KueueCalls, GatewayCore
+):
     """Typed-enough access to one cluster. Construct per task; cheap."""
 
 
@@ -39,6 +42,7 @@ __all__ = [
     "APPLY_PATCH",
     "CLUSTER_POLICY",
     "FIELD_MANAGER",
+    "KUEUE_API",
     "MERGE_PATCH",
     "TRANSIENT_STATUS",
     "KubeError",

@@ -81,6 +81,8 @@ _LABELS = "Node labels and cordon"
 _MIG = "MIG reconfiguration"
 _QUOTAS = "Team quotas"
 _PREFLIGHT = "Connection preflight"
+_KUEUE = "Kueue enforcement"
+_KG = "kueue.x-k8s.io"
 
 PERMISSIONS: tuple[Permission, ...] = (
     Permission("get", "nodes", feature=_INVENTORY, methods=("get_node",)),
@@ -158,6 +160,87 @@ PERMISSIONS: tuple[Permission, ...] = (
         group="nvidia.com",
         feature=f"{_MIG}: the GPU Operator's MIG strategy and mig-manager config",
         methods=("list_cluster_policies",),
+    ),
+    Permission(
+        "patch",
+        "resourceflavors",
+        group=_KG,
+        feature=f"{_KUEUE}: server-side apply of a ResourceFlavor per GPU class",
+        methods=("apply_resource_flavor",),
+    ),
+    Permission(
+        "create",
+        "resourceflavors",
+        group=_KG,
+        feature=f"{_KUEUE}: a server-side apply that creates the flavor",
+        methods=("apply_resource_flavor",),
+    ),
+    Permission(
+        "list",
+        "resourceflavors",
+        group=_KG,
+        feature=f"{_KUEUE}: drift check of the portal's flavors",
+        methods=("list_kueue_objects",),
+    ),
+    Permission(
+        "patch",
+        "clusterqueues",
+        group=_KG,
+        feature=f"{_KUEUE}: server-side apply of a ClusterQueue per team",
+        methods=("apply_cluster_queue",),
+    ),
+    Permission(
+        "create",
+        "clusterqueues",
+        group=_KG,
+        feature=f"{_KUEUE}: a server-side apply that creates the ClusterQueue",
+        methods=("apply_cluster_queue",),
+    ),
+    Permission(
+        "get",
+        "clusterqueues",
+        group=_KG,
+        feature=f"{_KUEUE}: usage and admission status after an apply",
+        methods=("get_cluster_queue",),
+    ),
+    Permission(
+        "list",
+        "clusterqueues",
+        group=_KG,
+        feature=f"{_KUEUE}: drift check and usage of the teams' queues",
+        methods=("list_kueue_objects",),
+    ),
+    Permission(
+        "patch",
+        "localqueues",
+        group=_KG,
+        scope=Scope.TEAM,
+        feature=f"{_KUEUE}: server-side apply of the LocalQueue in a team namespace",
+        methods=("apply_local_queue",),
+    ),
+    Permission(
+        "create",
+        "localqueues",
+        group=_KG,
+        scope=Scope.TEAM,
+        feature=f"{_KUEUE}: a server-side apply that creates the LocalQueue",
+        methods=("apply_local_queue",),
+    ),
+    Permission(
+        "list",
+        "localqueues",
+        group=_KG,
+        scope=Scope.TEAM,
+        feature=f"{_KUEUE}: drift check of a team namespace's LocalQueue",
+        methods=("list_kueue_objects",),
+    ),
+    Permission(
+        "list",
+        "workloads",
+        group=_KG,
+        scope=Scope.TEAM,
+        feature=f"{_KUEUE}: a team's admitted and queued workloads",
+        methods=("list_kueue_objects",),
     ),
     Permission(
         "get",

@@ -78,7 +78,7 @@ def queue(request: HttpRequest) -> HttpResponse:
                 "granted": sum(g.amount for g in grants if g.resource == req.resource),
                 "used": usage.get((req.namespace_id, req.resource), 0),
                 "effective": st.effective.get(req.resource),
-                "change": st.change(req.resource, req.amount),
+                "change": st.change(req.resource, req.amount, req.gpu_class),
                 "state": st,
                 "pending": waiting.get((req.namespace_id, req.resource)),
             }

@@ -146,7 +146,7 @@ def grant_release(request: HttpRequest, pk) -> HttpResponse:
                 request, f"Released {grant.amount} {grant.resource}; the quota is being updated."
             )
             return redirect("quotas:request", pk=req.pk)
-    change = preview.state(grant.namespace).change(grant.resource, -grant.amount)
+    change = preview.state(grant.namespace).change(grant.resource, -grant.amount, grant.gpu_class)
     return render(
         request, "quotas/grant_release.html", {"grant": grant, "form": form, "change": change}
     )
@@ -209,7 +209,7 @@ def _namespace_context(req: QuotaRequest, now: datetime) -> dict:
     st = preview.state(ns)
     return {
         "effective": st.effective.get(req.resource),
-        "change": st.change(req.resource, req.amount),
+        "change": st.change(req.resource, req.amount, req.gpu_class),
         "grants": grants,
         "granted": sum(g.amount for g in grants if g.resource == req.resource),
         "used": usage.get((ns.pk, req.resource), 0),

@@ -11,7 +11,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from .. import demand, offclass, preview
+from .. import demand, kueue, offclass, preview
 from ..capacity import bulk_limits
 from ..limits import EffectiveLimit
 from ..models import (
@@ -19,6 +19,7 @@ from ..models import (
     Membership,
     QuotaRequest,
     TeamNamespace,
+    TeamQueue,
 )
 from .common import (
     _usage,
@@ -70,6 +71,35 @@ class NamespaceView:
     upcoming: list[Grant] = field(default_factory=list)
     ended: list[Grant] = field(default_factory=list)
     off_class: list = field(default_factory=list)  # quotas.offclass.OffClassPod
+    queue: QueueView | None = None  # the team's Kueue ClusterQueue on a Kueue cluster
+
+
+@dataclass
+class QueueView:
+    """A team's ClusterQueue on one Kueue cluster, shared by its namespaces there."""
+
+    tq: TeamQueue
+    name: str
+    rows: list  # quotas.kueue.ClassQueueRow
+    namespaces: int
+
+
+def queue_views(namespaces: list[TeamNamespace]) -> dict:
+    """{(team id, cluster id): QueueView} for the namespaces on Kueue clusters."""
+    keys = {(ns.team_id, ns.cluster_id) for ns in namespaces if ns.cluster.enforces_classes}
+    if not keys:
+        return {}
+    counts = defaultdict(int)
+    for ns in namespaces:
+        counts[(ns.team_id, ns.cluster_id)] += 1
+    out = {}
+    for tq in TeamQueue.objects.filter(
+        team_id__in={t for t, _ in keys}, cluster_id__in={c for _, c in keys}
+    ).select_related("team", "cluster"):
+        key = (tq.team_id, tq.cluster_id)
+        if key in keys:
+            out[key] = QueueView(tq, kueue.queue_name(tq.team), kueue.class_rows(tq), counts[key])
+    return out
 
 
 @login_required
@@ -94,7 +124,9 @@ def teams(request: HttpRequest) -> HttpResponse:
     pods = {ns_id: st.pods for ns_id, st in states.items()}  # loaded once, for all three
     off = offclass.off_class(namespaces, now, pods=pods)
     waiting = demand.pending_demand(namespaces, pods=pods)
-    views = {ns.pk: NamespaceView(ns, states[ns.pk], off_class=off.get(ns.pk, []))
+    queues = queue_views(namespaces)
+    views = {ns.pk: NamespaceView(ns, states[ns.pk], off_class=off.get(ns.pk, []),
+                                  queue=queues.get((ns.team_id, ns.cluster_id)))
              for ns in namespaces}  # fmt: skip
     granted = defaultdict(int)
     for g in grants:

@@ -135,15 +135,6 @@ def test_approval_checks_the_class_and_the_grant_keeps_it(fleet):
 
 
 @pytest.mark.django_db
-def test_kueue_enforcement_is_refused_until_it_exists(fleet):
-    c = fleet["cluster"]
-    c.enforcement = Cluster.Enforcement.KUEUE
-    with pytest.raises(ValidationError) as err:
-        c.clean()
-    assert "not available yet" in err.value.message_dict["enforcement"][0]
-
-
-@pytest.mark.django_db
 def test_fleet_page_and_queue_show_the_same_free_h100_figure(client, fleet):
     admin = make_user("root", staff=True)
     h1 = fleet["h100"].nodes.get(name="h1")

@@ -1,0 +1,65 @@
+"""A team's Kueue ClusterQueue on one cluster: what admins set and what Kueue reports.
+
+Only clusters whose enforcement is Kueue have these (quotas/kueue.py builds the objects).
+The nominal quota is never stored here: it is computed from the team's active grants at
+apply time, as the ResourceQuota's ``hard`` is.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.core.validators import RegexValidator
+from django.db import models
+from django.utils import timezone
+
+from inventory.models import Cluster
+
+# Kueue's cohortName: a DNS subdomain of at most 253 characters
+# (apis/kueue/v1beta2/clusterqueue_types.go, CohortReference).
+COHORT_NAME = RegexValidator(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+    "Use a DNS subdomain: lower-case letters, digits, '-' and '.'.",
+)
+
+
+class TeamQueue(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    team = models.ForeignKey("quotas.Team", on_delete=models.CASCADE, related_name="queues")
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="team_queues")
+    cohort = models.CharField(
+        max_length=253, blank=True, validators=[COHORT_NAME],
+        help_text="Kueue cohort the team's ClusterQueue borrows and lends in (empty: none)",
+    )  # fmt: skip
+    borrowing_limit = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="GPUs per class the queue may borrow from its cohort (empty: no limit)",
+    )  # fmt: skip
+    lending_limit = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="GPUs per class of unused quota the cohort may borrow (empty: all of it)",
+    )  # fmt: skip
+    # The ClusterQueue's status as last read (after an apply or a drift check), and the
+    # GPUs of the team's workloads, admitted and pending, per namespace (quotas/kueue.py).
+    status = models.JSONField(default=dict, blank=True)
+    workloads = models.JSONField(default=dict, blank=True)
+    status_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["cluster__name", "team__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "cluster"], name="teamqueue_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.slug}/{self.team.slug}"
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        if not self.cohort and (self.borrowing_limit is not None or self.lending_limit is not None):
+            # Kueue's webhook: "must be nil when cohort is empty" (clusterqueue_webhook.go).
+            raise ValidationError(
+                {"cohort": "Borrowing and lending limits need a cohort; set one or clear them."}
+            )
