@@ -22,6 +22,8 @@ from .supervisor import Supervisor, reap_leftovers
 DEFAULT_PORT = 8000
 DEFAULT_SIM_PORT = 6443
 DEFAULT_FLEET = "simcluster/fleets/demo.yaml"
+# The second demo cluster, which enforces GPU classes through Kueue ("" leaves it out).
+DEFAULT_KUEUE_FLEET = "simcluster/fleets/demo-kueue.yaml"
 
 
 class DemoError(RuntimeError):
@@ -69,13 +71,13 @@ def web_port() -> int:
     return port
 
 
-def sim_port() -> int:
+def sim_port(name: str = "SIM_PORT", default: int = DEFAULT_SIM_PORT) -> int:
     """``$SIM_PORT``, else 6443 when free (a stable kubeconfig), else any free port."""
-    port, explicit = _env_port("SIM_PORT", DEFAULT_SIM_PORT)
+    port, explicit = _env_port(name, default)
     if port_free(port):
         return port
     if explicit:
-        raise DemoError(f"SIM_PORT={port} is already in use; choose another SIM_PORT")
+        raise DemoError(f"{name}={port} is already in use; choose another {name}")
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -146,6 +148,15 @@ def write_env_file(path: Path, values: dict[str, str]) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
+def _kueue_lines(kubeconfig: Path) -> list[str]:
+    if not kubeconfig.exists():
+        return []
+    return [
+        f"  Second cluster, Kueue (cluster admin): {kubeconfig}",
+        f"    kubectl --kubeconfig {kubeconfig} get clusterqueues,workloads -A",
+    ]
+
+
 def banner(port: int, seed_output: str, kubeconfig: Path, services: Services) -> list[str]:
     """What the user needs once everything is up."""
     rule = "=" * 72
@@ -156,6 +167,7 @@ def banner(port: int, seed_output: str, kubeconfig: Path, services: Services) ->
     lines += [
         f"  Simulated cluster kubeconfig (cluster admin): {kubeconfig}",
         f"    kubectl --kubeconfig {kubeconfig} get nodes",
+        *_kueue_lines(kubeconfig.parent / "kueue.kubeconfig"),
         f"  The portal uses its own ServiceAccount ({PORTAL_SERVICE_ACCOUNT}, RBAC from",
         "    deploy/kubernetes/rbac.yaml); see what it may do with",
         f"    kubectl --kubeconfig {kubeconfig} auth can-i --list \\",
@@ -242,22 +254,34 @@ def _bring_up(
     if sup.stopping:
         return
     kubeconfig, portal_kubeconfig = kubeconfigs
-    # Both reappear once this simulator listens (the admin's is written last).
-    portal_kubeconfig.unlink(missing_ok=True)
-    kubeconfig.unlink(missing_ok=True)
-    argv = sim_command(py, fleet, sport, kubeconfig, portal_kubeconfig)
-    sup.start("sim", argv, env=env, cwd=REPO_ROOT)
-    if not sup.wait_until(lambda: sim_answers(kubeconfig, sport), timeout=60):
-        if not sup.stopping:
-            sup.request_stop(
-                f"the simulated cluster did not answer within 60s (port {sport})", True
-            )
-        return
+    # Both kubeconfigs of a simulator reappear once it listens (the admin's is written last).
+    sims = [("sim", fleet, sport, kubeconfig, portal_kubeconfig)]
+    kueue_fleet = os.environ.get("SIM_KUEUE_FLEET", DEFAULT_KUEUE_FLEET)
+    seed = [py, "manage.py", "seed_demo", "--kubeconfig", str(portal_kubeconfig)]
+    if kueue_fleet:
+        kueue_kcs = (data / "kueue.kubeconfig", data / "kueue-portal.kubeconfig")
+        kport = sim_port("SIM_KUEUE_PORT", DEFAULT_SIM_PORT + 1)
+        sims.append(("sim-kueue", kueue_fleet, kport, *kueue_kcs))
+        seed += ["--kueue-kubeconfig", str(kueue_kcs[1]),
+                 "--kueue-admin-kubeconfig", str(kueue_kcs[0])]  # fmt: skip
+    for name, sim_fleet, sim_port_, admin_kc, portal_kc in sims:
+        portal_kc.unlink(missing_ok=True)
+        admin_kc.unlink(missing_ok=True)
+        argv = sim_command(py, sim_fleet, sim_port_, admin_kc, portal_kc)
+        sup.start(name, argv, env=env, cwd=REPO_ROOT)
+    for name, _, sim_port_, admin_kc, _ in sims:
+        if not sup.wait_until(lambda k=admin_kc, p=sim_port_: sim_answers(k, p), timeout=60):
+            if not sup.stopping:
+                sup.request_stop(
+                    f"the simulated cluster {name} did not answer within 60s (port {sim_port_})",
+                    True,
+                )
+            return
 
     seed_output = ""
     for name, argv in (
         ("migrate", [py, "manage.py", "migrate", "--noinput"]),
-        ("seed", [py, "manage.py", "seed_demo", "--kubeconfig", str(portal_kubeconfig)]),
+        ("seed", seed),
     ):
         rc, seed_output = sup.run_once(name, argv, env=env, cwd=REPO_ROOT)
         if sup.stopping:

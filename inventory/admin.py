@@ -61,6 +61,16 @@ class ClusterAdmin(admin.ModelAdmin):
         ("Sync", {"fields": readonly_fields}),
     ]
 
+    def save_model(self, request, obj, form, change):
+        before = form.initial.get("enforcement") if change else None
+        super().save_model(request, obj, form, change)
+        if change and before and before != obj.enforcement:
+            from quotas.kueue_apply import enforcement_changed  # quotas builds on inventory
+
+            queued = enforcement_changed(obj, request.user, before)
+            self.message_user(request, f"Enforcement is now {obj.get_enforcement_display()}: "
+                              f"{queued} namespace(s) re-applied.")  # fmt: skip
+
 
 class NodeResourceInline(admin.TabularInline):
     model = NodeResource

@@ -10,6 +10,7 @@ from .models import (
     QuotaRequest,
     Team,
     TeamNamespace,
+    TeamQueue,
 )
 
 
@@ -108,3 +109,25 @@ class ForeignQuotaAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None):
         return False
+
+
+@admin.register(TeamQueue)
+class TeamQueueAdmin(admin.ModelAdmin):
+    """A team's Kueue ClusterQueue settings; saving audits and applies them
+    (quotas/kueue_apply.py ``set_queue_settings``)."""
+
+    list_display = ["team", "cluster", "cohort", "borrowing_limit", "lending_limit", "status_at"]
+    list_filter = ["cluster", "cohort"]
+    fields = ["team", "cluster", "cohort", "borrowing_limit", "lending_limit", "status",
+              "workloads", "status_at"]  # fmt: skip
+    readonly_fields = ["status", "workloads", "status_at"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return [*self.readonly_fields, *(["team", "cluster"] if obj else [])]
+
+    def save_model(self, request, obj, form, change):
+        from .kueue_apply import set_queue_settings
+
+        fields = {k: form.cleaned_data.get(k) for k in ("cohort", "borrowing_limit",
+                                                        "lending_limit")}  # fmt: skip
+        set_queue_settings(obj.team, obj.cluster, request.user, **fields)

@@ -187,14 +187,10 @@ def _team_drift(tq: TeamQueue, cq: dict | None, local: dict, fresh: bool):
 def set_queue_settings(team: Team, cluster, by, **fields) -> TeamQueue:
     """An admin sets the team's cohort and borrowing/lending limits on a Kueue cluster;
     validated as Kueue's webhook would, audited, applied through the outbox."""
-    from django.core.exceptions import ValidationError
-
     from .apply import enqueue_apply
 
     if not by.is_staff:
         raise PermissionError("Only portal admins set a team's Kueue cohort and limits.")
-    if not cluster.enforces_classes:
-        raise ValidationError({"cohort": f"Cluster {cluster.slug} does not use Kueue."})
     tq = TeamQueue.objects.select_for_update().get(pk=team_queue(team, cluster).pk)
     before = {k: getattr(tq, k) for k in ("cohort", "borrowing_limit", "lending_limit")}
     for key, value in fields.items():
@@ -211,3 +207,18 @@ def set_queue_settings(team: Team, cluster, by, **fields) -> TeamQueue:
         if ns is not None:
             enqueue_apply(ns, reason="queue settings")
     return tq
+
+
+@transaction.atomic
+def enforcement_changed(cluster, by, before: str) -> int:
+    """After an admin switched the cluster's backend: audited, and every team namespace
+    applied under the new one (to Kueue: each team's queues are created and the portal's
+    ResourceQuotas retired). Returns the operations queued."""
+    from .apply import enqueue_apply
+
+    audit.record(by, "cluster.enforcement_changed", cluster, before={"enforcement": before},
+                 after={"enforcement": cluster.enforcement})  # fmt: skip
+    namespaces = list(TeamNamespace.objects.filter(cluster=cluster).select_related("team"))
+    for ns in namespaces:
+        enqueue_apply(ns, reason="enforcement")
+    return len(namespaces)

@@ -110,7 +110,11 @@ def teams(request: HttpRequest) -> HttpResponse:
         TeamNamespace.objects.filter(team__in=team_list).select_related("cluster", "team")
     )
     now = timezone.now()
-    grants = list(Grant.objects.filter(namespace__in=namespaces).order_by("starts_at"))
+    grants = list(
+        Grant.objects.filter(namespace__in=namespaces)
+        .select_related("gpu_class")
+        .order_by("starts_at")
+    )
     usage = _usage(namespaces)
     limits = bulk_limits({ns.cluster_id for ns in namespaces})
     open_counts = dict(

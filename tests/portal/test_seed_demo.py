@@ -58,3 +58,43 @@ def test_seed_demo_is_idempotent_and_makes_the_roles_visible(demo_sim, capsys, s
     assert NodeToken.objects.active().count() == len(first_tokens)
     with pytest.raises(TokenError):
         authenticate_node(first_tokens["h100-00"])
+
+
+def test_seed_demo_second_cluster_runs_kueue_with_admitted_borrowing_and_queued_work(
+    demo_sim, tmp_path, settings
+):
+    from kubernetes import client, config
+
+    from quotas.models import TeamQueue
+    from tests import kubesim
+
+    settings.DATA_DIR = tmp_path
+    (tmp_path / "k").mkdir()
+    sim = kubesim.start("simcluster/fleets/demo-kueue.yaml", tmp_path / "k")
+    try:
+        for _ in range(2):  # idempotent
+            call_command("seed_demo", kubeconfig=str(demo_sim),
+                         kueue_kubeconfig=str(sim.kubeconfig_path),
+                         kueue_admin_kubeconfig=str(sim.admin_kubeconfig_path))  # fmt: skip
+        research = Cluster.objects.get(slug="research")
+        assert research.enforcement == "kueue" and Cluster.objects.get(slug="demo").enforcement \
+            == "resourcequota"  # fmt: skip
+        assert not Grant.objects.filter(namespace__cluster=research, gpu_class=None).exists()
+        assert Grant.objects.filter(namespace__cluster=research).count() == 4
+        vision = TeamQueue.objects.get(team__slug="vision", cluster=research)
+        assert vision.cohort == "research"
+        h100 = vision.status["usage"]["gpu-portal-nvidia-h100-80gb-hbm3/nvidia.com/gpu"]
+        assert h100 == {"total": 12, "borrowed": 4}  # 8 own + 4 of nlp's idle H100s
+        assert (vision.status["admitted"], vision.status["pending"]) == (3, 1)
+        nlp = TeamQueue.objects.get(team__slug="nlp", cluster=research)
+        assert nlp.workloads["nlp-research"]["pending_jobs"] == {"nvidia.com/gpu": [8, 1]}
+        api = config.new_client_from_config(config_file=str(sim.admin_kubeconfig_path))
+        pods = client.CoreV1Api(api).list_namespaced_pod("ml-vision").items
+        api.close()
+        nodes = {p.metadata.name: p.spec.node_name for p in pods}
+        assert nodes["sam-finetune"] is None and nodes["detr-train-2"].startswith("h100-")
+        # The flavor's toleration let them onto the tainted H100 nodes.
+        tolerations = {t.key for p in pods for t in p.spec.tolerations or []}
+        assert "nvidia.com/gpu" in tolerations
+    finally:
+        sim.stop()

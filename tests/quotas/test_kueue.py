@@ -266,3 +266,37 @@ def test_switching_from_resource_quota_retires_the_portal_quota(kq):
     names = [q.metadata.name for q in core.list_namespaced_resource_quota("vision").items]
     assert "gpu-portal-quota" not in names
     assert AuditEvent.objects.filter(action="quota.retired_for_kueue").count() == 1
+
+
+def test_team_page_shows_the_queue_per_class_and_what_waits(kq, client):
+    from django.urls import reverse
+
+    approve(kq, 2, "h100")
+    run_pending()
+    queued_pod(kq, "train-0", 2)
+    core = kq["core"]
+    assert wait_until(lambda: core.read_namespaced_pod("train-0", "vision").spec.node_name)
+    queued_pod(kq, "train-1", 2)
+    assert wait_until(lambda: condition(workload_of(kq, "train-1"), "QuotaReserved"))
+    sync_cluster(kq["cluster"])  # the inventory sees the gated pod: pending demand
+    reconcile_quotas()
+    client.force_login(kq["alice"])
+    page = client.get(reverse("quotas:teams")).content.decode()
+    assert "Kueue queue <code>gpu-portal-vision</code>" in page
+    row = page[page.index(f'data-class="{kq["h100"].slug}"') :].split("</tr>")[0]
+    assert '<td class="num">2</td><td class="num" data-held>2</td>' in row
+    assert "1 workload admitted, 1 waiting" in page
+    assert "<strong data-pending>2</strong>" in page and "in 1 pending pod (queued" in page
+    assert "NVIDIA H100 80GB HBM3</small>" in page  # the grant's class in the grants table
+    assert "effective limit" not in page.split("Kueue queue")[1]  # no ResourceQuota here
+
+    # Releasing below what admitted workloads hold: the page says what Kueue does.
+    client.force_login(kq["admin"])
+    grant = kq["ns"].grants.get()
+    page = client.get(reverse("quotas:grant-release", args=[grant.pk])).content.decode()
+    assert 'data-lowering="kueue"' in page
+    assert (
+        f"{kueue.flavor_name(kq['h100'])}/{GPU}</code> would be 0 while admitted workloads" in page
+    )
+    assert "Kueue keeps the admitted workloads running" in page
+    assert grant.gpu_class == kq["h100"]

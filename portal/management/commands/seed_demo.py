@@ -37,6 +37,13 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--kubeconfig", default=settings.SIM_KUBECONFIG)
+        parser.add_argument(
+            "--kueue-kubeconfig",
+            default="",
+            help="the portal's kubeconfig of the second (Kueue) cluster",
+        )
+        parser.add_argument("--kueue-admin-kubeconfig", default="",
+                            help="its admin's kubeconfig (creates the demo workloads)")  # fmt: skip
 
     def handle(self, *args, **opts):
         kubeconfig = os.path.abspath(opts["kubeconfig"])
@@ -58,10 +65,18 @@ class Command(BaseCommand):
         # The sample requests' notification e-mails would bury the demo's banner.
         with override_settings(EMAIL_BACKEND="django.core.mail.backends.dummy.EmailBackend"):
             self._teams(cluster, admin, with_requests=not run.error)
-        if not run.error:  # what the cluster page shows under "Last preflight"
-            from inventory.connect import rerun
+        clusters = [cluster] if not run.error else []
+        if opts["kueue_kubeconfig"] and opts["kueue_admin_kubeconfig"]:
+            from ._seed_kueue import seed
 
-            self.stdout.write(f"Preflight of {cluster.slug}: {rerun(cluster, actor=None).status}")
+            with override_settings(EMAIL_BACKEND="django.core.mail.backends.dummy.EmailBackend"):
+                kueue = seed(self.stdout, os.path.abspath(opts["kueue_kubeconfig"]),
+                             os.path.abspath(opts["kueue_admin_kubeconfig"]), admin)  # fmt: skip
+            clusters.append(kueue)
+        from inventory.connect import rerun
+
+        for c in clusters:  # what the cluster page shows under "Last preflight"
+            self.stdout.write(f"Preflight of {c.slug}: {rerun(c, actor=None).status}")
         self.stdout.write("Demo accounts:")
         self.stdout.write(f"  admin      {DEMO_ADMIN[0]} / {DEMO_ADMIN[1]}   (portal admin)")
         for username, password, team, role in RESEARCHERS:
