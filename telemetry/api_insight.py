@@ -1,7 +1,10 @@
-"""REST: showback per team and month (``GET /api/v1/showback/?month=2026-11``).
+"""REST: showback per team and month (``GET /api/v1/showback/?month=2026-11``), with its
+rows per GPU class and weighted totals, and idle allocations per GPU class
+(``GET /api/v1/idle-allocations/``).
 
 Scoped like every team query (``quotas.scoping.visible_to``): the caller's teams; admins
-every team. Numbers and their definitions as on the showback page (telemetry.showback).
+every team. Numbers and their definitions as on the showback page (telemetry.showback,
+telemetry.classes) and the idle page.
 """
 
 from __future__ import annotations
@@ -12,10 +15,10 @@ from rest_framework import serializers
 from rest_framework.decorators import api_view
 from rest_framework.response import Response
 
-from quotas.models import Team
+from quotas.models import Team, TeamNamespace
 from quotas.scoping import visible_to
 
-from . import showback
+from . import classes, insight, showback
 
 
 class ShowbackRowSerializer(serializers.Serializer):
@@ -34,11 +37,51 @@ class ShowbackRowSerializer(serializers.Serializer):
     )
 
 
+class ClassFieldsSerializer(serializers.Serializer):
+    gpu_class = serializers.UUIDField(allow_null=True, help_text="GPU class id; null: any class")
+    gpu_class_slug = serializers.SlugField(allow_null=True)
+    gpu_class_name = serializers.CharField(help_text='display name, or "any class"')
+    cluster = serializers.SlugField(allow_null=True, help_text="the class's cluster")
+    weight = serializers.DecimalField(
+        max_digits=10, decimal_places=4, allow_null=True,
+        help_text="the weight or price per GPU-hour an admin set on the class; null: none",
+    )  # fmt: skip
+
+
+WEIGHTED = "x the class weight; null without a weight, for any class and for MIG resources"
+
+
+class ShowbackClassRowSerializer(ShowbackRowSerializer, ClassFieldsSerializer):
+    """A team's row split by GPU class: granted by the grant's class (null: any-class
+    grants), allocated / busy by the class of the node the GPU is on."""
+
+    weighted_granted = serializers.FloatField(allow_null=True, help_text=f"granted {WEIGHTED}")
+    weighted_allocated = serializers.FloatField(allow_null=True, help_text=f"allocated {WEIGHTED}")
+    weighted_busy = serializers.FloatField(allow_null=True, help_text=f"busy {WEIGHTED}")
+
+
+class TeamCostSerializer(serializers.Serializer):
+    team = serializers.SlugField()
+    weighted_granted = serializers.FloatField(
+        allow_null=True, help_text="sum over the team's weighted nvidia.com/gpu class rows"
+    )
+    weighted_allocated = serializers.FloatField(allow_null=True)
+    weighted_busy = serializers.FloatField(allow_null=True)
+    unweighted_granted_gpu_hours = serializers.FloatField(
+        help_text="granted GPU-hours of rows without a weight (not in the totals)"
+    )
+    unweighted_allocated_gpu_hours = serializers.FloatField()
+
+
 class ShowbackSerializer(serializers.Serializer):
     month = serializers.CharField()
     start = serializers.DateTimeField()
     end = serializers.DateTimeField()
     results = ShowbackRowSerializer(many=True)
+    classes = ShowbackClassRowSerializer(
+        many=True, help_text="results split by GPU class; they add up to results per team"
+    )
+    team_costs = TeamCostSerializer(many=True, help_text="weighted totals per team")
 
 
 @extend_schema(
@@ -62,12 +105,72 @@ def showback_api(request):
     except showback.BadMonth as err:
         return Response({"month": [str(err)]}, status=400)
     teams = visible_to(Team.objects.all(), request.user, "pk")
-    rows = showback.showback(teams, start, end)
+    led = showback.ledger(teams, start, end)
+    report = classes.class_rows(led)
     return Response(
         {
             "month": month,
             "start": start.isoformat().replace("+00:00", "Z"),
             "end": end.isoformat().replace("+00:00", "Z"),
-            "results": [r.as_dict() for r in rows],
+            "results": [r.as_dict() for r in showback.rows(led)],
+            "classes": [r.as_dict() for r in report.rows],
+            "team_costs": [t.as_dict() for t in report.teams],
+        }
+    )
+
+
+# -- idle allocations ---------------------------------------------------------------------
+
+
+class IdleClassSerializer(ClassFieldsSerializer):
+    allocations = serializers.IntegerField()
+    gpus = serializers.IntegerField()
+    idle_gpu_hours = serializers.FloatField(
+        help_text="GPUs x hours since any of their GPUs was last at or above the threshold"
+    )
+    weighted_idle = serializers.FloatField(allow_null=True, help_text=f"idle GPU-hours {WEIGHTED}")
+
+
+class IdleAllocationSerializer(ClassFieldsSerializer):
+    team = serializers.SlugField(allow_null=True)
+    namespace = serializers.CharField()
+    pod = serializers.CharField()
+    node = serializers.CharField()
+    gpus = serializers.IntegerField()
+    gpu_indexes = serializers.ListField(child=serializers.IntegerField())
+    method = serializers.ChoiceField(choices=["agent", "requests"], help_text="attribution")
+    max_util_pct = serializers.FloatField(allow_null=True, help_text="peak 5-minute average")
+    since = serializers.DateTimeField(allow_null=True, help_text="pod start")
+    idle_since = serializers.DateTimeField()
+    idle_gpu_hours = serializers.FloatField()
+    weighted_idle = serializers.FloatField(allow_null=True)
+
+
+class IdleSerializer(serializers.Serializer):
+    threshold_pct = serializers.FloatField()
+    window_hours = serializers.FloatField()
+    classes = IdleClassSerializer(many=True, help_text="per GPU class, costliest first")
+    results = IdleAllocationSerializer(many=True)
+
+
+@extend_schema(operation_id="idle_allocations", tags=["telemetry"], responses=IdleSerializer)
+@api_view(["GET"])
+def idle_api(request):
+    """Allocations idle now (the idle page's list) with their GPU class, idle GPU-hours and
+    weighted figure, and the sums per class; the caller's teams' namespaces (admins: all)."""
+    if request.user.is_staff:
+        allocations = insight.idle_allocations()
+    else:
+        keys = set(
+            visible_to(TeamNamespace.objects.all(), request.user).values_list("cluster_id", "name")
+        )
+        allocations = insight.idle_allocations(namespaces=keys)
+    summary = classes.idle_by_class(allocations)
+    return Response(
+        {
+            "threshold_pct": insight.idle_threshold_pct(),
+            "window_hours": insight.idle_window().total_seconds() / 3600,
+            "classes": [c.as_dict() for c in summary],
+            "results": [classes.idle_allocation_dict(a) for a in allocations],
         }
     )

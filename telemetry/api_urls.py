@@ -12,5 +12,6 @@ router.register("gpus", api.GpuStateViewSet, basename="gpustate")
 urlpatterns = [
     path("agent/reports/", api.receive_report, name="agent-report"),
     path("showback/", api_insight.showback_api, name="showback"),
+    path("idle-allocations/", api_insight.idle_api, name="idle-allocations"),
     *router.urls,
 ]

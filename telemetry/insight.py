@@ -99,7 +99,7 @@ def attribute(node_ids=None, now: datetime | None = None) -> Attribution:
     """Who holds which GPU now, on ``node_ids`` (None: every node). Two queries."""
     gpus_qs = GpuState.objects.select_related("node").only(
         "id", "node_id", "index", "lost", "processes", "node__cluster_id", "node__name",
-        "node__gpu_product",
+        "node__gpu_product", "node__gpu_class",
     )  # fmt: skip
     pods_qs = GpuPod.objects.filter(node__isnull=False, phase="Running").only(
         "id", "node_id", "namespace", "name", "requests", "k8s_created_at", "first_seen_at"

@@ -13,6 +13,10 @@ History comes from the hourly points for closed hours (rolled up every 10 minute
 hours re-rolled) and from the 5-minute points for the last two hours. Attribution is the
 *current* one (who holds which GPU now), applied to the whole period: exact for
 allocations that lasted the period, approximate for pods that came and went.
+
+Every figure is a sum of :class:`Ledger` cells kept per GPU class (the grant's class; the
+class of the node a GPU is on), so the per-team rows here and the per-class rows of
+``telemetry.classes`` add up the same numbers.
 """
 
 from __future__ import annotations
@@ -75,17 +79,23 @@ def grant_end(g: Grant) -> datetime | None:
     return min(ends) if ends else None
 
 
+def grant_hours_in(g: Grant, start: datetime, stop: datetime) -> float:
+    """Amount-hours of one grant within [start, stop)."""
+    g_end = grant_end(g)
+    a = max(start, g.starts_at)
+    b = stop if g_end is None else min(stop, g_end)
+    return g.amount * (b - a).total_seconds() / 3600 if b > a else 0.0
+
+
 def granted_hours(grants, start: datetime, end: datetime, now: datetime | None = None):
     """{(namespace id, resource): amount-hours} of ``grants`` within [start, min(end, now))."""
     now = now or timezone.now()
     stop = min(end, now)
     out: dict[tuple, float] = defaultdict(float)
     for g in grants:
-        g_end = grant_end(g)
-        a = max(start, g.starts_at)
-        b = stop if g_end is None else min(stop, g_end)
-        if b > a:
-            out[(g.namespace_id, g.resource)] += g.amount * (b - a).total_seconds() / 3600
+        hours = grant_hours_in(g, start, stop)
+        if hours:
+            out[(g.namespace_id, g.resource)] += hours
     return dict(out)
 
 
@@ -160,19 +170,6 @@ def used_hours(
     return {k: {h: (a, b) for h, (a, b) in v.items()} for k, v in out.items()}
 
 
-def used_totals(
-    start: datetime, end: datetime, attribution: Attribution, now: datetime | None = None
-) -> dict[NsKey, tuple[float, float]]:
-    """{(cluster id, namespace): (allocated GPU-hours, busy GPU-hours)} over the period."""
-    now = now or timezone.now()
-    out: dict = defaultdict(lambda: [0.0, 0.0])
-    for gpu_id, _, hours, busy in gpu_hours(list(attribution.shares), start, end, now):
-        for key, share in attribution.shares[gpu_id].items():
-            out[key][0] += hours * share
-            out[key][1] += busy * share
-    return {k: (a, b) for k, (a, b) in out.items()}
-
-
 # -- the report ---------------------------------------------------------------------------
 
 
@@ -210,47 +207,86 @@ def _r(v: float | None) -> float | None:
     return None if v is None else round(v, 3)
 
 
-def showback(teams, start: datetime, end: datetime, now: datetime | None = None):
-    """Rows per team and resource for [start, end): granted from grants, used (whole GPUs
-    only) from history and attribution. A fixed number of queries."""
+@dataclass
+class Ledger:
+    """The cells every showback figure is a sum of, per GPU class (``None``: an any-class
+    grant, or a GPU on a node no class holds). Per-team rows (:func:`rows`) and per-class
+    rows (``telemetry.classes``) add up the same cells: one number, one definition."""
+
+    teams: list[Team]
+    # (team id, resource, class id or None) -> granted amount-hours
+    granted: dict[tuple, float]
+    # (team id, class id or None) -> [allocated GPU-hours, busy GPU-hours] (whole GPUs)
+    used: dict[tuple, list[float]]
+
+
+def ledger(teams, start: datetime, end: datetime, now: datetime | None = None) -> Ledger:
+    """Granted and used cells for [start, end): granted from grants (by the grant's class),
+    used (whole GPUs only) from history and attribution (by the class of the GPU's node).
+    A fixed number of queries."""
+    from quotas.models import TeamNamespace
+
     now = now or timezone.now()
     teams = list(teams)
-    by_id = {t.pk: t for t in teams}
     grants = list(
         grants_in(start, end).filter(namespace__team__in=teams).select_related("namespace")
     )
-    ns_team = {}
-    from quotas.models import TeamNamespace
-
-    for ns in TeamNamespace.objects.filter(team__in=teams):
-        ns_team[(ns.cluster_id, ns.name)] = ns.team_id
-    ns_of_grant = {g.namespace_id: g.namespace.team_id for g in grants}
+    ns_team = {
+        (ns.cluster_id, ns.name): ns.team_id for ns in TeamNamespace.objects.filter(team__in=teams)
+    }
+    stop = min(end, now)
     granted: dict[tuple, float] = defaultdict(float)
-    for (ns_id, resource), hours in granted_hours(grants, start, end, now).items():
-        granted[(ns_of_grant[ns_id], resource)] += hours
+    for g in grants:
+        hours = grant_hours_in(g, start, stop)
+        if hours:
+            granted[(g.namespace.team_id, g.resource, g.gpu_class_id)] += hours
     used: dict = defaultdict(lambda: [0.0, 0.0])
     if start < now and ns_team:
         attribution = attribute(None, now)
-        for key, (a, b) in used_totals(start, end, attribution, now).items():
-            team_id = ns_team.get(key)
-            if team_id is not None:
-                used[team_id][0] += a
-                used[team_id][1] += b
-    rows = []
-    for team in teams:
+        for gpu_id, _, hours, busy in gpu_hours(list(attribution.shares), start, end, now):
+            class_id = attribution.gpus[gpu_id].node.gpu_class_id
+            for key, share in attribution.shares[gpu_id].items():
+                team_id = ns_team.get(key)
+                if team_id is not None:
+                    cell = used[(team_id, class_id)]
+                    cell[0] += hours * share
+                    cell[1] += busy * share
+    return Ledger(teams=teams, granted=dict(granted), used=dict(used))
+
+
+def resource_order(resource: str) -> tuple:
+    return (resource != GPU_RESOURCE, resource)
+
+
+def rows(led: Ledger) -> list[ShowbackRow]:
+    """One row per team and resource: the ledger's cells summed over GPU classes."""
+    granted: dict[tuple, float] = defaultdict(float)
+    for (team_id, resource, _), hours in led.granted.items():
+        granted[(team_id, resource)] += hours
+    used: dict = defaultdict(lambda: [0.0, 0.0])
+    for (team_id, _), (a, b) in led.used.items():
+        used[team_id][0] += a
+        used[team_id][1] += b
+    out = []
+    for team in led.teams:
         resources = {r for (t, r) in granted if t == team.pk}
         if team.pk in used:
             resources.add(GPU_RESOURCE)
-        for resource in sorted(resources, key=lambda r: (r != GPU_RESOURCE, r)):
+        for resource in sorted(resources, key=resource_order):
             measured = resource == GPU_RESOURCE
             a, b = used.get(team.pk, (0.0, 0.0))
-            rows.append(
+            out.append(
                 ShowbackRow(
-                    team=by_id[team.pk],
+                    team=team,
                     resource=resource,
                     granted_hours=granted.get((team.pk, resource), 0.0),
                     allocated_hours=a if measured else None,
                     busy_hours=b if measured else None,
                 )
             )
-    return rows
+    return out
+
+
+def showback(teams, start: datetime, end: datetime, now: datetime | None = None):
+    """Rows per team and resource for [start, end) (:func:`ledger`, :func:`rows`)."""
+    return rows(ledger(teams, start, end, now))

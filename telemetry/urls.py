@@ -13,4 +13,5 @@ urlpatterns = [
     path("health/", views.health_list, name="health"),
     path("showback/", views.showback_page, name="showback"),
     path("showback.csv", views.showback_csv, name="showback-csv"),
+    path("showback-classes.csv", views.showback_classes_csv, name="showback-classes-csv"),
 ]

@@ -22,7 +22,7 @@ from inventory.models import GPU_RESOURCE, NamespaceUsage, Node
 from quotas.models import Grant, Team, TeamNamespace
 from quotas.scoping import visible_to
 
-from . import health, insight, showback
+from . import classes, health, insight, showback
 from .models import GpuHistory5m, GpuState, NodeTelemetry
 from .sparkline import sparkline
 
@@ -249,7 +249,7 @@ def team(request: HttpRequest, slug: str) -> HttpResponse:
         hours,
     )
     month, start, end = showback.parse_month(None, now)
-    month_rows = showback.showback([team], start, end, now)
+    led = showback.ledger([team], start, end, now)
     idle = insight.idle_allocations(now=now, namespaces=keys)
     return render(
         request,
@@ -261,7 +261,9 @@ def team(request: HttpRequest, slug: str) -> HttpResponse:
             "idle": idle,
             "show_pods": True,  # the team's own pods
             "month": month,
-            "month_rows": month_rows,
+            "month_rows": showback.rows(led),
+            "class_report": classes.class_rows(led),
+            "idle_classes": classes.idle_by_class(idle, now),
             "threshold": insight.idle_threshold_pct(),
             "window_h": insight.idle_window().total_seconds() / 3600,
         },
@@ -274,7 +276,9 @@ def team(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 def idle(request: HttpRequest) -> HttpResponse:
     _staff_only(request.user)
-    allocations = insight.idle_allocations()
+    now = timezone.now()
+    allocations = insight.idle_allocations(now=now)
+    idle_classes = classes.idle_by_class(allocations, now)
     nodes = Node.objects.filter(pk__in={a.node.pk for a in allocations}).select_related("cluster")
     by_id = {n.pk: n for n in nodes}
     for a in allocations:
@@ -285,6 +289,8 @@ def idle(request: HttpRequest) -> HttpResponse:
         {
             "allocations": allocations,
             "gpus": sum(a.gpus for a in allocations),
+            "idle_classes": idle_classes,
+            "idle_gpu_hours": sum(c.idle_gpu_hours for c in idle_classes),
             "threshold": insight.idle_threshold_pct(),
             "window_h": insight.idle_window().total_seconds() / 3600,
         },
@@ -312,18 +318,20 @@ def health_list(request: HttpRequest) -> HttpResponse:
 # -- showback -----------------------------------------------------------------------------
 
 
-def _showback_rows(request: HttpRequest):
+def _showback_ledger(request: HttpRequest):
     try:
         month, start, end = showback.parse_month(request.GET.get("month"))
     except showback.BadMonth as err:
         raise Http404(str(err)) from err
     teams = visible_to(Team.objects.all(), request.user, "pk")
-    return month, start, end, showback.showback(teams, start, end)
+    return month, start, end, showback.ledger(teams, start, end)
 
 
 @login_required
 def showback_page(request: HttpRequest) -> HttpResponse:
-    month, start, end, rows = _showback_rows(request)
+    month, start, end, led = _showback_ledger(request)
+    rows = showback.rows(led)
+    report = classes.class_rows(led)
     now = timezone.now()
     return render(
         request,
@@ -338,13 +346,21 @@ def showback_page(request: HttpRequest) -> HttpResponse:
             "total_granted": sum(r.granted_hours for r in rows if r.resource == GPU_RESOURCE),
             "total_allocated": sum(r.allocated_hours or 0 for r in rows),
             "total_busy": sum(r.busy_hours or 0 for r in rows),
+            "class_report": report,
+            "total_weighted": _total(t.weighted_allocated for t in report.teams),
         },
     )
 
 
+def _total(values) -> float | None:
+    values = [v for v in values if v is not None]
+    return sum(values) if values else None
+
+
 @login_required
 def showback_csv(request: HttpRequest) -> HttpResponse:
-    month, _, _, rows = _showback_rows(request)
+    month, _, _, led = _showback_ledger(request)
+    rows = showback.rows(led)
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="showback-{month}.csv"'
     writer = csv.writer(response)
@@ -361,6 +377,31 @@ def showback_csv(request: HttpRequest) -> HttpResponse:
                 f"{d['granted_gpu_hours']:.3f}",
                 "" if d["allocated_gpu_hours"] is None else f"{d['allocated_gpu_hours']:.3f}",
                 "" if d["busy_gpu_hours"] is None else f"{d['busy_gpu_hours']:.3f}",
+            ]
+        )
+    return response
+
+
+@login_required
+def showback_classes_csv(request: HttpRequest) -> HttpResponse:
+    """Per team, resource and GPU class (telemetry.classes), with the weighted figures."""
+    month, _, _, led = _showback_ledger(request)
+    response = HttpResponse(content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="showback-classes-{month}.csv"'
+    writer = csv.writer(response)
+    columns = [
+        "team", "resource", "cluster", "gpu_class_slug", "gpu_class_name", "weight",
+        "granted_gpu_hours", "allocated_gpu_hours", "busy_gpu_hours",
+        "weighted_granted", "weighted_allocated", "weighted_busy",
+    ]  # fmt: skip
+    writer.writerow(["month", *columns])
+    for r in classes.class_rows(led).rows:
+        d = r.as_dict()
+        writer.writerow(
+            [month]
+            + [
+                "" if d[c] is None else f"{d[c]:.3f}" if isinstance(d[c], float) else d[c]
+                for c in columns
             ]
         )
     return response

@@ -32,6 +32,23 @@ TEAMS = [
 ]
 
 
+# Weight (a price per GPU-hour, in the demo's currency) of each product's class, shown
+# weighted in showback and the idle insight. Only set where an admin has not set one.
+WEIGHTS = {
+    "NVIDIA-H200": "5.0", "NVIDIA-H100-80GB-HBM3": "4.0", "NVIDIA-A100-SXM4-80GB": "2.5",
+    "NVIDIA-L40S": "1.2", "NVIDIA-L40S-SHARED": "0.3", "Tesla-V100-SXM2-16GB": "0.6",
+}  # fmt: skip
+
+
+def weights(cluster: Cluster) -> None:
+    from inventory.models import PRODUCT_LABEL, GpuClass
+
+    for product, weight in WEIGHTS.items():
+        GpuClass.objects.filter(
+            cluster=cluster, weight=None, selector={PRODUCT_LABEL: product}
+        ).update(weight=weight)
+
+
 class Command(BaseCommand):
     help = "Create demo accounts, teams, the simulated cluster's row and sample requests."
 
@@ -66,6 +83,7 @@ class Command(BaseCommand):
         with override_settings(EMAIL_BACKEND="django.core.mail.backends.dummy.EmailBackend"):
             self._teams(cluster, admin, with_requests=not run.error)
         clusters = [cluster] if not run.error else []
+        weights(cluster)
         if opts["kueue_kubeconfig"] and opts["kueue_admin_kubeconfig"]:
             from ._seed_kueue import seed
 
@@ -73,6 +91,7 @@ class Command(BaseCommand):
                 kueue = seed(self.stdout, os.path.abspath(opts["kueue_kubeconfig"]),
                              os.path.abspath(opts["kueue_admin_kubeconfig"]), admin)  # fmt: skip
             clusters.append(kueue)
+            weights(kueue)
         from inventory.connect import rerun
 
         for c in clusters:  # what the cluster page shows under "Last preflight"
