@@ -14,6 +14,13 @@ approve them concurrently over the API, oldest first. Reports:
     in the database and in the cluster's ResourceQuotas; must be zero.
 Baseline in the same run: the mean time of `GET /api/v1/quota-requests/{id}/` (a read
 through the same stack), so the approval cost can be read relative to it.
+
+    make bench-quota ARGS="--classes 6"
+
+splits the same nodes into 6 GPU products (H200, H100, A100, L40S, L4, V100: one GPU class
+each once the sync has derived them); every request names one class at random (from
+`GET /api/v1/gpu-classes/`) and overcommit is checked per class too: each class's peak of
+grants in the database must stay within its own allocatable.
 """
 
 from __future__ import annotations
@@ -38,6 +45,30 @@ from bench.common import database_url, free_port, fresh_database, log, sim_argv,
 
 BENCH_DB = "portal_bench_quota"
 GPU = "nvidia.com/gpu"
+# --classes N takes the first N: one node group (and so one derived GPU class) each.
+PRODUCTS = (
+    "NVIDIA-H200",
+    "NVIDIA-H100-80GB-HBM3",
+    "NVIDIA-A100-SXM4-80GB",
+    "NVIDIA-L40S",
+    "NVIDIA-L4",
+    "Tesla-V100-SXM2-16GB",
+)
+
+
+def node_groups(nodes: int, classes: int) -> list[dict]:
+    """``nodes`` nodes of 8 GPUs in ``classes`` products, split as evenly as possible
+    (the first groups take the remainder); one class: the single H100 pool."""
+    if classes == 1:
+        return [{"name": "gpu-{i:03d}", "count": nodes,
+                 "gpu": {"product": "NVIDIA-H100-80GB-HBM3", "count": 8}}]  # fmt: skip
+    groups, start = [], 0
+    for k, product in enumerate(PRODUCTS[:classes]):
+        count = nodes // classes + (k < nodes % classes)
+        groups.append({"name": "gpu-{i:03d}", "start": start, "count": count,
+                       "gpu": {"product": product, "count": 8}})  # fmt: skip
+        start += count
+    return groups
 
 
 def bench_env() -> dict[str, str]:
@@ -68,12 +99,27 @@ def wait_http(url: str, timeout: float = 60) -> None:
     raise SystemExit(f"{url} did not answer")
 
 
+def class_slugs(session, base: str, token: str) -> list[str]:
+    """The bench cluster's GPU classes, as a member lists them over the API."""
+    r = session.get(f"{base}/api/v1/gpu-classes/", params={"cluster": "bench", "page_size": 500},
+                    headers={"Authorization": f"Bearer {token}"})  # fmt: skip
+    if r.status_code != 200:
+        raise SystemExit(f"listing GPU classes failed: {r.status_code} {r.text[:300]}")
+    body = r.json()
+    return sorted(c["slug"] for c in (body["results"] if isinstance(body, dict) else body))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--teams", type=int, default=50)
     parser.add_argument("--admins", type=int, default=4)
     parser.add_argument("--nodes", type=int, default=60)
+    parser.add_argument(
+        "--classes", type=int, default=1, choices=range(1, len(PRODUCTS) + 1),
+        help="GPU products the nodes are split into, one GPU class each; requests name a "
+        "random class (default 1: one H100 pool, requests for any class)",
+    )  # fmt: skip
     parser.add_argument(
         "--worker-concurrency", type=int, default=2,
         help="Celery worker processes (default 2, as make demo runs)",
@@ -92,8 +138,7 @@ def main() -> int:
 
     tmp = Path(tempfile.mkdtemp(prefix="quota-bench-"))
     fleet = {
-        "nodes": [{"name": "gpu-{i:03d}", "count": args.nodes,
-                   "gpu": {"product": "NVIDIA-H100-80GB-HBM3", "count": 8}}],
+        "nodes": node_groups(args.nodes, args.classes),
         "namespaces": [{"name": "gpu-operator"}]
         + [{"name": f"team-{t:02d}"} for t in range(args.teams)],
     }  # fmt: skip
@@ -123,10 +168,10 @@ def run(args, port: int, kubeconfigs: tuple[Path, Path], requests) -> int:
     from django.contrib.auth import get_user_model
     from kubernetes import client, config
 
-    from inventory.models import Cluster
+    from inventory.models import Cluster, GpuClass
     from inventory.sync import sync_cluster
     from portal.models import ApiToken
-    from quotas.capacity import limit, peak_reserved
+    from quotas.capacity import allocatable, limit, peak, peak_reserved
     from quotas.models import Grant, Membership, QuotaRequest, Team, TeamNamespace
 
     deadline = time.monotonic() + 60
@@ -150,11 +195,16 @@ def run(args, port: int, kubeconfigs: tuple[Path, Path], requests) -> int:
         teams.append(team)
         members.append(ApiToken.issue(user, "bench")[1])
     admin_tokens = [ApiToken.issue(a, "bench")[1] for a in admins]
+    session = requests.Session()
+    slugs = class_slugs(session, base, members[0]) if args.classes > 1 else []
+    if args.classes > 1 and len(slugs) != args.classes:
+        raise SystemExit(f"the sync derived {len(slugs)} GPU classes, not {args.classes}")
 
     log(f"filing {args.requests} requests from {args.teams} teams over the API")
     rng = random.Random(7)
+    # Its own generator: amounts and windows stay those of the single-pool run.
+    class_rng = random.Random(11)
     ids: list[str] = []
-    session = requests.Session()
     for i in range(args.requests):
         t = i % args.teams
         days = rng.choice([None, 7, 14, 30])
@@ -167,6 +217,8 @@ def run(args, port: int, kubeconfigs: tuple[Path, Path], requests) -> int:
         }
         if days:
             body["ends_at"] = (datetime.now(UTC) + timedelta(days=days)).isoformat()
+        if slugs:
+            body["gpu_class"] = class_rng.choice(slugs)
         r = session.post(base + "/api/v1/quota-requests/", json=body,
                          headers={"Authorization": f"Bearer {members[t]}"})  # fmt: skip
         if r.status_code != 201:
@@ -243,8 +295,17 @@ def run(args, port: int, kubeconfigs: tuple[Path, Path], requests) -> int:
     granted_now = sum(Grant.objects.active_at(now).values_list("amount", flat=True))
 
     q = statistics.quantiles(latencies, n=100) if len(latencies) >= 2 else [0] * 99
+    per_class = []
+    for cls in GpuClass.objects.filter(cluster=cluster, slug__in=slugs).order_by("slug"):
+        grants = Grant.objects.filter(namespace__cluster=cluster, resource=GPU, gpu_class=cls)
+        windows = grants.overlapping(now, None).values_list("starts_at", "ends_at", "amount")
+        alloc = allocatable(cluster, GPU, cls)
+        per_class.append((cls.slug, alloc, peak(windows, now, None), grants.count()))
+    classes_over = sum(max(p - alloc, 0) for _, alloc, p, _ in per_class)
+    in_classes = f" in {len(slugs)} GPU classes" if slugs else ""
+
     print(f"\n{args.requests} requests from {args.teams} teams, {args.admins} admin clients, "
-          f"{cap} GPUs allocatable")  # fmt: skip
+          f"{cap} GPUs allocatable{in_classes}")  # fmt: skip
     print(f"baseline GET /quota-requests/{{id}}/: mean {statistics.mean(reads) * 1000:.1f} ms")
     print(f"approve calls: mean {statistics.mean(call_times) * 1000:.1f} ms "
           f"({statistics.mean(call_times) / statistics.mean(reads):.1f}x the read)")  # fmt: skip
@@ -257,7 +318,14 @@ def run(args, port: int, kubeconfigs: tuple[Path, Path], requests) -> int:
     print(f"overcommit: peak granted {db_peak} of {cap} (db), active grants {granted_now}, "
           f"sum of applied quotas {in_cluster} (cluster) -> "
           f"{max(db_peak - cap, in_cluster - cap, 0)} over")  # fmt: skip
+    if per_class:
+        print(f"  {'class':<24} {'allocatable':>11} {'peak granted':>12} {'over':>5} "
+              f"{'approved':>8}")  # fmt: skip
+    for slug, alloc, class_peak, approved_n in per_class:
+        print(f"  {slug:<24} {alloc:>11} {class_peak:>12} {max(class_peak - alloc, 0):>5} "
+              f"{approved_n:>8}")  # fmt: skip
     ok = not errors and missing == 0 and q[94] < 2.0 and db_peak <= cap and in_cluster <= cap
+    ok = ok and classes_over == 0
     print("targets: p95 < 2 s, zero overcommit, no errors:", "OK" if ok else "MISSED")
     return 0 if ok else 1
 

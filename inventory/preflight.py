@@ -37,6 +37,7 @@ from .preflight_checks import (
     Finding,
     check_gfd,
     check_identity,
+    check_kueue,
     check_limits,
     check_mig_config,
     check_operator,
@@ -131,6 +132,13 @@ def _operator_checks(gw: KubeGateway) -> list[Finding]:
     return findings
 
 
+def _kueue_check(gw: KubeGateway, enforcement: str) -> Finding:
+    flavors = gw.list_kueue_objects(
+        "resourceflavors", label_selector="app.kubernetes.io/managed-by=gpu-quota-portal"
+    )
+    return check_kueue(enforcement, flavors)
+
+
 def _gfd_check(gw: KubeGateway) -> Finding:
     gpu_nodes, unlabelled = 0, []
     for page in gw.list_pages("nodes", limit=500):
@@ -173,6 +181,7 @@ def run_preflight(cluster: Cluster, namespaces: Iterable[str] = ()) -> Report:
     report.findings += _guarded("permissions", ask_permissions, gw, names)
     report.findings += _guarded("gpu-operator", _operator_checks, gw)
     report.findings += _guarded("gfd", _gfd_check, gw)
+    report.findings += _guarded("kueue", _kueue_check, gw, cluster.enforcement)
     report.findings += _guarded("limits", _limits_check, gw, names)
     return report
 

@@ -270,6 +270,23 @@ def unlabelled_gpu_node(node: dict[str, Any]) -> bool:
     return is_gpu_node(node) and not has_labels
 
 
+def check_kueue(enforcement: str, flavors: list[dict[str, Any]] | None) -> Finding:
+    """Kueue's API served (``resourceflavors.kueue.x-k8s.io`` listed) where the cluster's
+    backend needs it; where it does not, only a note."""
+    if enforcement != "kueue":
+        served = "served: the cluster can switch" if flavors is not None else "not installed"
+        return Finding("kueue", OK, f"Enforcement is ResourceQuota (Kueue {served}).")
+    if flavors is None:
+        return Finding(
+            "kueue", ERROR,
+            "Enforcement is Kueue, but the cluster does not serve kueue.x-k8s.io/v1beta2: "
+            "grants cannot be applied.",
+            "Install Kueue (v0.14 or later serves v1beta2), or switch the cluster's "
+            "enforcement back to ResourceQuota.",
+        )  # fmt: skip
+    return Finding("kueue", OK, f"Kueue serves v1beta2; {len(flavors)} portal flavor(s).")
+
+
 def check_gfd(gpu_nodes: int, unlabelled: list[str]) -> Finding:
     if not unlabelled:
         return Finding(

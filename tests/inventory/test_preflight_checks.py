@@ -172,3 +172,14 @@ def test_a_stored_report_reads_back():
     assert again == report
     assert again.status == "warning"
     assert report_from({}) is None
+
+
+def test_kueue_check_needs_the_api_only_where_kueue_enforces():
+    from inventory.preflight_checks import check_kueue
+
+    assert check_kueue("resourcequota", None).level == "ok"
+    assert "not installed" in check_kueue("resourcequota", None).summary
+    assert "can switch" in check_kueue("resourcequota", []).summary
+    missing = check_kueue("kueue", None)
+    assert missing.level == "error" and "does not serve kueue.x-k8s.io/v1beta2" in missing.summary
+    assert check_kueue("kueue", [{}, {}]).summary == "Kueue serves v1beta2; 2 portal flavor(s)."
