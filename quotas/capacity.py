@@ -238,6 +238,32 @@ class Capacity:
             reserved=peak(self.windows.get(key, ()), start, end), beyond=beyond,
         )  # fmt: skip
 
+    def timeline(
+        self, cluster_id, gpu_class: GpuClass | None, resource: str, start: datetime, days: int
+    ) -> list[tuple[datetime, int, int]]:
+        """(day, reserved, free) at the start of each day from ``start``, in the class
+        (None: the pool), free by the same definition as :meth:`free` (a class's day is
+        capped by the pool's), for the capacity page."""
+        class_id = gpu_class.pk if gpu_class else POOL
+        keys = [(cluster_id, class_id, resource)]
+        if class_id is not POOL:
+            keys.append((cluster_id, POOL, resource))
+        out = []
+        for day in range(days):
+            t = start + timedelta(days=day)
+            figures = []
+            for key in keys:
+                alloc = self.alloc.get(key, 0)
+                r = self.ratios.get((cluster_id, resource), DEFAULT_RATIO)
+                reserved = sum(
+                    a for s, e, a in self.windows.get(key, ()) if s <= t and (e is None or e > t)
+                )
+                figures.append(
+                    (reserved, math.floor(alloc * r) - reserved - self.beyond.get(key, 0))
+                )
+            out.append((t, figures[0][0], min(f for _, f in figures)))
+        return out
+
     def free(
         self,
         cluster_id,
@@ -294,17 +320,9 @@ def headroom(
 def timeline(
     cluster: Cluster, resource: str, start: datetime, days: int = 28
 ) -> list[tuple[datetime, int]]:
-    """Reserved units at the start of each day from ``start`` (for the capacity page)."""
-    end = start + timedelta(days=days)
-    grants = list(
-        _grants(cluster, resource, start, end).values_list("starts_at", "ends_at", "amount")
-    )
-    out = []
-    for day in range(days):
-        t = start + timedelta(days=day)
-        reserved = sum(a for s, e, a in grants if s <= t and (e is None or e > t))
-        out.append((t, reserved))
-    return out
+    """Reserved units of the pool at the start of each day from ``start``."""
+    cap = Capacity([cluster.pk], [resource], now=start)
+    return [(d, r) for d, r, _ in cap.timeline(cluster.pk, None, resource, start, days)]
 
 
 def bulk_limits(cluster_ids) -> dict[tuple, Headroom]:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from inventory.models import Cluster
+from inventory.models import Cluster, GpuClass
 
-from ..capacity import DEFAULT_RATIO, Capacity, Headroom, bulk_limits, timeline
+from ..capacity import Capacity, bulk_limits
 from ..models import (
     Grant,
 )
@@ -25,49 +27,52 @@ CAPACITY_DAYS = 28
 
 @login_required
 def capacity(request: HttpRequest) -> HttpResponse:
-    """Per cluster and resource: reserved vs limit for each of the coming days."""
+    """Per cluster and resource: reserved vs limit for each of the coming days, for the
+    cluster's pool and for each GPU class (quotas/capacity.py, the one definition)."""
     _staff_only(request.user)
     now = timezone.now()
     clusters = list(Cluster.objects.all())
     limits = bulk_limits({c.pk for c in clusters})
-    # Pods beyond their grants hold capacity on every day shown (quotas/capacity.py).
-    held = Capacity({c.pk for c in clusters}, now=now).beyond
+    cap = Capacity({c.pk for c in clusters}, now=now)
     granted = set(
         Grant.objects.filter(ended_at__isnull=True).values_list("namespace__cluster_id", "resource")
     )
+    classes = list(GpuClass.objects.filter(cluster__in=clusters).order_by("name"))
     sections = []
     for cluster in clusters:
         resources = sorted({r for (c, r) in set(limits) | granted if c == cluster.pk})
         charts = []
         for resource in resources:
-            room = limits.get((cluster.pk, resource)) or Headroom(resource, 0, DEFAULT_RATIO, 0, 0)
-            days = timeline(cluster, resource, now, days=CAPACITY_DAYS)
-            beyond = held.get((cluster.pk, None, resource), 0)
-            scale = max([room.limit, *(r for _, r in days), 1])
-            peak_day, peak = max(days, key=lambda d: d[1]) if days else (now, 0)
-            charts.append(
-                {
-                    "resource": resource,
-                    "room": room,
-                    "beyond": beyond,
-                    "days": [
-                        {
-                            "day": d,
-                            "reserved": r,
-                            "free": room.limit - r - beyond,
-                            "over": r + beyond > room.limit,
-                            "pct": round(100 * r / scale, 1),
-                        }
-                        for d, r in days
-                    ],
-                    "limit_pct": round(100 * room.limit / scale, 1),
-                    "peak": peak,
-                    "peak_day": peak_day,
-                    "over_by": peak - room.limit,
-                    "axis": [days[0][0], days[len(days) // 2][0], days[-1][0]],
-                }
-            )
+            charts.append(_chart(cap, cluster, None, resource, now))
+            for cls in classes:
+                if cls.cluster_id == cluster.pk and (
+                    cls.covers(resource) or cap.windows.get((cluster.pk, cls.pk, resource))
+                ):
+                    charts.append(_chart(cap, cluster, cls, resource, now))
         sections.append({"cluster": cluster, "charts": charts})
     return render(
         request, "quotas/capacity.html", {"sections": sections, "days": CAPACITY_DAYS, "now": now}
     )
+
+
+def _chart(cap: Capacity, cluster, cls: GpuClass | None, resource: str, now) -> dict:
+    room = cap.free(cluster.pk, cls, resource, now, now + timedelta(seconds=1))
+    limit = room.limit
+    days = cap.timeline(cluster.pk, cls, resource, now, CAPACITY_DAYS)
+    scale = max([limit, *(r for _, r, _ in days), 1])
+    peak_day, peak, _ = max(days, key=lambda d: d[1]) if days else (now, 0, 0)
+    return {
+        "resource": resource,
+        "gpu_class": cls,
+        "room": room,
+        "beyond": room.beyond,
+        "days": [
+            {"day": d, "reserved": r, "free": f, "over": f < 0, "pct": round(100 * r / scale, 1)}
+            for d, r, f in days
+        ],
+        "limit_pct": round(100 * limit / scale, 1),
+        "peak": peak,
+        "peak_day": peak_day,
+        "over_by": peak - limit,
+        "axis": [days[0][0], days[len(days) // 2][0], days[-1][0]],
+    }

@@ -262,7 +262,7 @@ def test_the_capacity_timeline_counts_pods_beyond_grants_in_its_free(client, fle
     make_grant(fleet["ns"], 10)
     client.force_login(make_user("root", staff=True))
     (section,) = client.get(reverse("quotas:capacity")).context["sections"]
-    (gpu,) = [c for c in section["charts"] if c["resource"] == GPU]
+    (gpu,) = [c for c in section["charts"] if (c["resource"], c["gpu_class"]) == (GPU, None)]
     assert (gpu["beyond"], gpu["days"][1]["free"]) == (3, 56 - 10 - 3)
     assert gpu["days"][1]["free"] == free(fleet["cluster"], None, GPU, timezone.now(), None).free
 
@@ -313,3 +313,29 @@ def test_pending_demand_is_the_same_on_the_team_page_the_queue_and_metrics(fleet
     metrics = client.get("/metrics").content.decode()
     assert ('portal_gpu_demand_pending{cluster="prod",namespace="ml-vision",'
             f'resource="{GPU}",team="vision"}} 5.0') in metrics  # fmt: skip
+
+
+@pytest.mark.django_db
+def test_capacity_timeline_per_class_agrees_with_the_free_figure(client, fleet):
+    """The capacity page draws the pool and each class; a class's free day is capped by the
+    pool's, exactly as approval computes it (quotas/capacity.py)."""
+    h100, l40s = fleet["h100"], fleet["l40s"]
+    make_grant(fleet["ns"], 10, gpu_class=h100, days=2)
+    make_grant(fleet["other"], 40, days=1)  # any class: 40 of the pool's 56
+    client.force_login(make_user("ada", staff=True))
+    response = client.get(reverse("quotas:capacity"))
+    (section,) = response.context["sections"]
+    charts = {(c["resource"], c["gpu_class"]): c for c in section["charts"]}
+    assert set(charts) >= {(GPU, None), (GPU, h100), (GPU, l40s), (MIG, None)}
+    pool, h = charts[(GPU, None)], charts[(GPU, h100)]
+    assert [d["reserved"] for d in pool["days"][:3]] == [50, 10, 0]
+    assert [d["reserved"] for d in h["days"][:3]] == [10, 10, 0]
+    # Day 0: H100 has 16 - 10 = 6 of its own, the pool 56 - 50 = 6: both 6. Day 1: 6 own.
+    assert [d["free"] for d in h["days"][:3]] == [6, 6, 16]
+    now = timezone.now()
+    room = free(fleet["cluster"], h100, GPU, now, now + timedelta(seconds=1))
+    assert h["days"][0]["free"] == room.free
+    # The L40S class (32 replicas) is capped by the pool on day 0: 6, not 32.
+    assert charts[(GPU, l40s)]["days"][0]["free"] == 6
+    html = response.content.decode()
+    assert 'data-chart-class="pool"' in html and "32 replicas on 8 GPUs" in html
