@@ -287,6 +287,8 @@ class GpuPod(models.Model):
     phase = models.CharField(max_length=20)
     # {"nvidia.com/gpu": 2}: effective pod request per GPU resource.
     requests = models.JSONField(default=dict)
+    # The nvidia.com/ labels its nodeSelector (or a required node affinity) asks for.
+    gpu_selector = models.JSONField(default=dict, blank=True)
     priority_class = models.CharField(max_length=253, blank=True)
     k8s_created_at = models.DateTimeField(null=True, blank=True)
     first_seen_at = models.DateTimeField(default=timezone.now)

@@ -196,6 +196,24 @@ class PodFacts(NamedTuple):
     requests: dict[str, int]
     priority_class: str
     k8s_created_at: datetime | None
+    # The ``nvidia.com/`` labels the pod's nodeSelector asks for (a GPU class, when they
+    # match one: quotas/demand.py); {} for most pods.
+    gpu_selector: dict[str, str] = {}
+
+
+def pod_gpu_selector(spec: dict) -> dict[str, str]:
+    """``nvidia.com/*`` keys of ``spec.nodeSelector``, plus single-value ``In``
+    requirements of every required node-affinity term (a class asked for either way)."""
+    out = {k: str(v) for k, v in (spec.get("nodeSelector") or {}).items() if k.startswith(NV)}
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution") or {})  # fmt: skip
+    terms = required.get("nodeSelectorTerms") or []
+    if len(terms) == 1:  # several terms are ORed: no single class
+        for expr in terms[0].get("matchExpressions") or []:
+            key, values = str(expr.get("key", "")), expr.get("values") or []
+            if key.startswith(NV) and expr.get("operator") == "In" and len(values) == 1:
+                out.setdefault(key, str(values[0]))
+    return out
 
 
 def pod_gpu_requests(spec: dict) -> dict[str, int]:
@@ -286,4 +304,5 @@ def parse_gpu_pod(obj: dict) -> PodFacts | None:
         requests=requests,
         priority_class=spec.get("priorityClassName") or "",
         k8s_created_at=_parse_time(meta.get("creationTimestamp")),
+        gpu_selector=pod_gpu_selector(spec),
     )

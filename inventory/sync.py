@@ -46,9 +46,11 @@ NODE_FIELDS = [
 # What tells a GPU pod row is stale. Requests are left out on purpose: a pod's GPU
 # requests are immutable (in-place resize covers cpu and memory only), so a new uid
 # is the only way they change, and reading 30,000 JSON values back costs more than the
-# rest of the comparison.
+# rest of the comparison. The same holds for gpu_selector: a nodeSelector changes only
+# while a pod is gated (Kueue adds its flavor's labels), and its binding then changes
+# node_name.
 POD_COMPARED = ["uid", "node_id", "node_name", "phase", "priority_class"]
-POD_FIELDS = [*POD_COMPARED, "requests"]
+POD_FIELDS = [*POD_COMPARED, "requests", "gpu_selector"]
 
 Progress = Callable[[str, int, int | None], None]
 
@@ -483,7 +485,7 @@ class _Syncer:
                 node = self.nodes.get(facts.node_name) if facts.node_name else None
                 node_id = node[0] if node else None
                 compared = [facts.uid, node_id, facts.node_name, facts.phase, facts.priority_class]
-                values = [*compared, facts.requests]
+                values = [*compared, facts.requests, facts.gpu_selector]
                 known = existing.get(key)
                 if known is None:
                     create.append(

@@ -15,7 +15,7 @@ from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
-from inventory.models import Cluster, NodeResource
+from inventory.models import Cluster, GpuClass, NodeResource
 from telemetry.insight import IdleGpuCollector
 
 
@@ -178,12 +178,22 @@ class QuotaCollector:
             "GPUs asked for by unscheduled pending pods, per namespace (quotas/demand.py)",
             labels=["team", "cluster", "namespace", "resource"],
         )
+        per_class = GaugeMetricFamily(
+            "portal_gpu_demand_pending_class",
+            "The same GPUs by the GPU class their pods' node selectors name ('' for none)",
+            labels=["team", "cluster", "namespace", "resource", "gpu_class"],
+        )
         namespaces = list(TeamNamespace.objects.select_related("team", "cluster"))
         by_id = {ns.pk: ns for ns in namespaces}
+        slugs = dict(GpuClass.objects.values_list("pk", "slug"))
         for (ns_id, resource), d in sorted(pending_demand(namespaces).items(), key=str):
             ns = by_id[ns_id]
-            waiting.add_metric([ns.team.slug, ns.cluster.slug, ns.name, resource], d.amount)
+            base = [ns.team.slug, ns.cluster.slug, ns.name, resource]
+            waiting.add_metric(base, d.amount)
+            for class_id, amount in sorted(d.by_class.items(), key=str):
+                per_class.add_metric([*base, slugs.get(class_id, "")], amount)
         yield waiting
+        yield per_class
         pending = GaugeMetricFamily(
             "portal_quota_requests_pending", "Quota requests waiting for an admin"
         )

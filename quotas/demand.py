@@ -12,7 +12,9 @@ approval queue and ``/metrics``.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from inventory.models import GpuClass
 
 from . import limits
 from .models import TeamNamespace, TeamQueue
@@ -23,6 +25,16 @@ class Demand:
     pods: int = 0
     amount: int = 0
     workloads: int = 0  # queued Kueue workloads without pods (suspended Jobs)
+    # amount per GPU class id the pods' node selectors ask for (None: no class named)
+    by_class: dict = field(default_factory=lambda: defaultdict(int))
+
+    def add(self, amount: int, class_id) -> None:
+        self.amount += amount
+        self.by_class[class_id] += amount
+
+    def for_class(self, class_id) -> int:
+        """What waits for this class (None: for no class in particular)."""
+        return self.by_class.get(class_id, 0)
 
 
 def pending_demand(namespaces: list[TeamNamespace], *, pods: dict | None = None) -> dict:
@@ -31,20 +43,38 @@ def pending_demand(namespaces: list[TeamNamespace], *, pods: dict | None = None)
     holds them); otherwise one query."""
     if pods is None:
         pods = limits.pods_by_namespace(namespaces)
+    cluster_of = {ns.pk: ns.cluster_id for ns in namespaces}
+    classes = class_matcher({ns.cluster_id for ns in namespaces})
     out: dict = defaultdict(Demand)
     for ns_id, ns_pods in pods.items():
         for pod in ns_pods:
             if pod.phase != "Pending" or pod.node_name:
                 continue
+            class_id = classes(cluster_of[ns_id], pod.gpu_selector)
             for resource, amount in (pod.requests or {}).items():
                 d = out[(ns_id, resource)]
                 d.pods += 1
-                d.amount += int(amount)
-    _queued_jobs(namespaces, out)
+                d.add(int(amount), class_id)
+    _queued_jobs(namespaces, out, classes)
     return out
 
 
-def _queued_jobs(namespaces: list[TeamNamespace], out: dict) -> None:
+def class_matcher(cluster_ids):
+    """(cluster id, node-selector labels) -> the id of the GPU class those labels name
+    (its selector is part of them), or None. One query."""
+    by_cluster = defaultdict(list)
+    for cls in GpuClass.objects.filter(cluster_id__in=cluster_ids).order_by("derived", "slug"):
+        by_cluster[cls.cluster_id].append(cls)
+
+    def match(cluster_id, labels) -> object:
+        if not labels:
+            return None
+        return next((c.pk for c in by_cluster[cluster_id] if c.matches(labels)), None)
+
+    return match
+
+
+def _queued_jobs(namespaces: list[TeamNamespace], out: dict, classes) -> None:
     kueue = [ns for ns in namespaces if ns.cluster.enforces_classes]
     if not kueue:
         return
@@ -57,8 +87,9 @@ def _queued_jobs(namespaces: list[TeamNamespace], out: dict) -> None:
             ns_id = by_key.get((team_id, cluster_id, name))
             if ns_id is None:
                 continue
-            jobs = row.get("pending_jobs") or {}
-            for resource, (amount, count) in jobs.items():
-                d = out[(ns_id, resource)]
-                d.amount += int(amount)
-                d.workloads += int(count)
+            for job in row.get("pending_jobs") or []:
+                class_id = classes(cluster_id, job.get("selector"))
+                for resource, amount in (job.get("gpus") or {}).items():
+                    d = out[(ns_id, resource)]
+                    d.add(int(amount), class_id)
+                    d.workloads += 1

@@ -286,6 +286,15 @@ def _true(wl: dict, typ: str) -> bool:
     )
 
 
+def workload_selector(wl: dict) -> dict[str, str]:
+    """The nvidia.com/ labels the first pod set's template asks for (its GPU class)."""
+    from inventory.parsing import pod_gpu_selector
+
+    for ps in (wl.get("spec") or {}).get("podSets") or []:
+        return pod_gpu_selector((ps.get("template") or {}).get("spec") or {})
+    return {}
+
+
 def workload_gpus(wl: dict) -> dict[str, int]:
     """GPU requests of a Workload: every pod set's containers x its count."""
     out: dict[str, int] = defaultdict(int)
@@ -303,25 +312,27 @@ def workload_gpus(wl: dict) -> dict[str, int]:
 
 def workload_summary(workloads: list[dict]) -> dict:
     """Per namespace, the GPUs of workloads admitted and pending (not finished), and the
-    pending ones that have no pod yet (a suspended Job): pods of pending pod workloads are
-    already counted as pending pods (quotas/demand.py), Jobs' are not."""
+    pending ones that have no pod yet (a suspended Job, with the GPU labels it asks for):
+    pods of pending pod workloads are already counted as pending pods (quotas/demand.py),
+    Jobs' are not."""
     out: dict = {}
     for wl in workloads:
         if _true(wl, "Finished"):
             continue
         ns = wl["metadata"].get("namespace", "")
-        row = out.setdefault(ns, {"admitted": {}, "pending": {}, "pending_jobs": {},
+        row = out.setdefault(ns, {"admitted": {}, "pending": {}, "pending_jobs": [],
                                   "pending_count": 0, "admitted_count": 0})  # fmt: skip
         admitted = _true(wl, "QuotaReserved")
         kind = "admitted" if admitted else "pending"
         row[f"{kind}_count"] += 1
         owners = {o.get("kind") for o in wl["metadata"].get("ownerReferences") or []}
         job = not admitted and "Pod" not in owners
-        for r, n in workload_gpus(wl).items():
+        gpus = workload_gpus(wl)
+        for r, n in gpus.items():
             row[kind][r] = row[kind].get(r, 0) + n
-            if job:  # {resource: [GPUs, workloads]}
-                got = row["pending_jobs"].setdefault(r, [0, 0])
-                got[0], got[1] = got[0] + n, got[1] + 1
+        if job and gpus:
+            row["pending_jobs"].append({"name": wl["metadata"].get("name", ""), "gpus": gpus,
+                                        "selector": workload_selector(wl)})  # fmt: skip
     return out
 
 

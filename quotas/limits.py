@@ -110,7 +110,7 @@ def pods_by_namespace(namespaces: list[TeamNamespace]) -> dict:
     pods = GpuPod.objects.filter(
         cluster_id__in={ns.cluster_id for ns in namespaces},
         namespace__in={ns.name for ns in namespaces},
-    ).only("cluster_id", "namespace", "name", "node_name", "phase", "requests")
+    ).only("cluster_id", "namespace", "name", "node_name", "phase", "requests", "gpu_selector")
     for pod in pods:
         ns_id = by_key.get((pod.cluster_id, pod.namespace))
         if ns_id is not None:

@@ -81,6 +81,12 @@ def queue(request: HttpRequest) -> HttpResponse:
                 "change": st.change(req.resource, req.amount, req.gpu_class),
                 "state": st,
                 "pending": waiting.get((req.namespace_id, req.resource)),
+                "pending_class": _for_class(waiting.get((req.namespace_id, req.resource)), req),
             }
         )
     return render(request, "quotas/queue.html", {"rows": rows, "next": request.path, "held": held})
+
+
+def _for_class(d, req) -> int:
+    """Of what waits in the request's namespace, the GPUs asked for in its class."""
+    return d.for_class(req.gpu_class_id) if d is not None and req.gpu_class_id else 0

@@ -11,6 +11,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
+from inventory.models import GpuClass
+
 from .. import demand, kueue, offclass, preview
 from ..capacity import bulk_limits
 from ..limits import EffectiveLimit
@@ -40,6 +42,7 @@ class ResourceRow:
     limit: int
     effective: EffectiveLimit | None = None
     pending: object = None  # quotas.demand.Demand of unscheduled pending pods
+    pending_classes: list = field(default_factory=list)  # [(class name, GPUs)] of it
 
     @property
     def scale(self) -> int:
@@ -129,6 +132,11 @@ def teams(request: HttpRequest) -> HttpResponse:
     off = offclass.off_class(namespaces, now, pods=pods)
     waiting = demand.pending_demand(namespaces, pods=pods)
     queues = queue_views(namespaces)
+    class_names = dict(
+        GpuClass.objects.filter(cluster_id__in={ns.cluster_id for ns in namespaces}).values_list(
+            "pk", "name"
+        )
+    )
     views = {ns.pk: NamespaceView(ns, states[ns.pk], off_class=off.get(ns.pk, []),
                                   queue=queues.get((ns.team_id, ns.cluster_id)))
              for ns in namespaces}  # fmt: skip
@@ -159,6 +167,7 @@ def teams(request: HttpRequest) -> HttpResponse:
                     limit=lim.limit if lim else 0,
                     effective=view.state.effective.get(resource),
                     pending=waiting.get((ns.pk, resource)),
+                    pending_classes=_by_class(waiting.get((ns.pk, resource)), class_names),
                 )
             )
         view.ended = sorted(view.ended, key=lambda g: g.ended_at or g.ends_at, reverse=True)[
@@ -182,3 +191,13 @@ def teams(request: HttpRequest) -> HttpResponse:
         for t in team_list
     ]
     return render(request, "quotas/teams.html", {"rows": rows, "now": now})
+
+
+def _by_class(d, names: dict) -> list[tuple[str, int]]:
+    """What waits, per GPU class its pods name (only when some name one)."""
+    if d is None or set(d.by_class) <= {None}:
+        return []
+    return sorted(
+        ((names.get(c, "no class named"), n) for c, n in d.by_class.items() if n),
+        key=lambda x: (-x[1], x[0]),
+    )

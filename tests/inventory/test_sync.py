@@ -251,3 +251,19 @@ def test_outside_a_transaction_writes_go_through_the_writer_thread(sim_cluster, 
     assert GpuPod.objects.count() == 4 and Node.objects.count() == 4
     assert (requested("gpu-0"), requested("gpu-1")) == (4, 3)
     assert sync_cluster(sim_cluster, page_size=2).rows_written == 0
+
+
+def test_a_pending_pod_keeps_the_gpu_class_labels_it_asks_for(sim_api, sim_cluster):
+    from inventory.models import GpuPod
+
+    sim_api.create_node(node_body("gpu-0"))
+    sim_api.create_namespace({"metadata": {"name": "ml"}})
+    body = pod_body("wants-h100", None, 2)
+    body["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+                                    "kubernetes.io/os": "linux"}  # fmt: skip
+    sim_api.create_namespaced_pod("ml", body)
+    sim_api.create_namespaced_pod("ml", pod_body("plain", None, 1))
+    assert sync_cluster(sim_cluster).status == "succeeded"
+    pods = dict(GpuPod.objects.values_list("name", "gpu_selector"))
+    assert pods == {"wants-h100": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+                    "plain": {}}  # fmt: skip

@@ -87,7 +87,9 @@ def test_seed_demo_second_cluster_runs_kueue_with_admitted_borrowing_and_queued_
         assert h100 == {"total": 12, "borrowed": 4}  # 8 own + 4 of nlp's idle H100s
         assert (vision.status["admitted"], vision.status["pending"]) == (3, 1)
         nlp = TeamQueue.objects.get(team__slug="nlp", cluster=research)
-        assert nlp.workloads["nlp-research"]["pending_jobs"] == {"nvidia.com/gpu": [8, 1]}
+        (job,) = nlp.workloads["nlp-research"]["pending_jobs"]
+        assert job["gpus"] == {"nvidia.com/gpu": 8}
+        assert job["selector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
         api = config.new_client_from_config(config_file=str(sim.admin_kubeconfig_path))
         pods = client.CoreV1Api(api).list_namespaced_pod("ml-vision").items
         api.close()

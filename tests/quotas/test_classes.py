@@ -339,3 +339,49 @@ def test_capacity_timeline_per_class_agrees_with_the_free_figure(client, fleet):
     assert charts[(GPU, l40s)]["days"][0]["free"] == 6
     html = response.content.decode()
     assert 'data-chart-class="pool"' in html and "32 replicas on 8 GPUs" in html
+
+
+@pytest.mark.django_db
+def test_pending_demand_per_class_from_node_selectors(fleet, client):
+    """Pods that name a class (nodeSelector on its label) wait for that class: the team
+    page splits the figure, the queue shows the request's class share, /metrics per class."""
+    cluster = fleet["cluster"]
+    h100 = {"nvidia.com/gpu.product": H100}
+    GpuPod.objects.create(cluster=cluster, namespace="ml-vision", name="wants-h100",
+                          phase="Pending", requests={GPU: 4}, gpu_selector=h100)  # fmt: skip
+    GpuPod.objects.create(cluster=cluster, namespace="ml-vision", name="anywhere",
+                          phase="Pending", requests={GPU: 1})  # fmt: skip
+    request(fleet, 4, gpu_class=fleet["h100"])
+    client.force_login(make_user("ada", staff=True))
+    team_page = client.get(reverse("quotas:teams")).content.decode()
+    assert f"in 2 pending pods (4 {fleet['h100'].name}, 1 no class named)" in team_page
+    queue = client.get(reverse("quotas:queue"))
+    (row,) = queue.context["rows"]
+    assert row["pending"].amount == 5 and row["pending_class"] == 4
+    assert f"4 of them for {fleet['h100'].name}" in queue.content.decode()
+    metrics = client.get("/metrics").content.decode()
+    line = ('portal_gpu_demand_pending_class{{cluster="prod",gpu_class="{c}",'
+            f'namespace="ml-vision",resource="{GPU}",team="vision"}}}} {{n}}')  # fmt: skip
+    assert line.format(c=fleet["h100"].slug, n="4.0") in metrics
+    assert line.format(c="", n="1.0") in metrics
+
+
+def test_pod_gpu_selector_reads_node_selector_and_one_required_affinity_term():
+    from inventory.parsing import pod_gpu_selector
+
+    product = "nvidia.com/gpu.product"
+    assert pod_gpu_selector({"nodeSelector": {product: H100, "zone": "a"}}) == {product: H100}
+    term = {"matchExpressions": [{"key": product, "operator": "In", "values": [A100]},
+                                 {"key": "nvidia.com/gpu.count", "operator": "Gt",
+                                  "values": ["4"]}]}  # fmt: skip
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [term]}}}  # fmt: skip
+    assert pod_gpu_selector({"affinity": affinity}) == {product: A100}
+    two = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [term, term]}}}  # fmt: skip
+    assert pod_gpu_selector({"affinity": two}) == {}  # ORed terms name no single class
+    either = dict(term, matchExpressions=[{"key": product, "operator": "In",
+                                           "values": [A100, H100]}])  # fmt: skip
+    affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"] = [either]  # fmt: skip
+    assert pod_gpu_selector({"affinity": affinity}) == {}
