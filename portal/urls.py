@@ -8,6 +8,7 @@ from inventory import api as inventory_api
 from inventory import api_classes as inventory_api_classes
 from quotas import api as quotas_api
 from quotas import api_namespaces as quotas_namespaces_api
+from quotas import api_queues as quotas_queues_api
 
 from . import api, health, views
 
@@ -18,6 +19,7 @@ router.register("gpu-classes", inventory_api_classes.GpuClassViewSet, basename="
 router.register("auth/tokens", api.ApiTokenViewSet, basename="apitoken")
 router.register("teams", quotas_api.TeamViewSet, basename="team")
 router.register("namespaces", quotas_namespaces_api.NamespaceViewSet, basename="namespace")
+router.register("team-queues", quotas_queues_api.TeamQueueViewSet, basename="teamqueue")
 router.register("quota-requests", quotas_api.QuotaRequestViewSet, basename="quotarequest")
 router.register("grants", quotas_api.GrantViewSet, basename="grant")
 router.register("operations", quotas_api.OperationViewSet, basename="operation")

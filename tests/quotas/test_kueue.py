@@ -300,3 +300,38 @@ def test_team_page_shows_the_queue_per_class_and_what_waits(kq, client):
     )
     assert "Kueue keeps the admitted workloads running" in page
     assert grant.gpu_class == kq["h100"]
+
+
+def test_team_queue_api_is_team_scoped_and_admins_set_the_cohort(kq):
+    from tests.conftest import api_for
+
+    approve(kq, 2, "h100")
+    run_pending()
+
+    def active():  # Kueue's controller writes the queue's status a moment after the apply
+        reconcile_quotas()
+        return TeamQueue.objects.get(team=kq["vision"]).status.get("active")
+
+    assert wait_until(active)
+    alice, admin = api_for(kq["alice"]), api_for(kq["admin"])
+    outsider = api_for(make_user("eve"))
+    body = alice.get("/api/v1/team-queues/").json()
+    assert {q["team"] for q in body["results"]} == {"vision", "nlp"}  # alice is in both
+    assert outsider.get("/api/v1/team-queues/").json()["results"] == []
+    vision = next(q for q in body["results"] if q["team"] == "vision")
+    assert vision["cluster_queue"] == "gpu-portal-vision" and vision["active"] is True
+    (row,) = vision["classes"]
+    assert row == {"gpu_class": kq["h100"].slug, "gpu_class_name": kq["h100"].name,
+                   "resource": GPU, "nominal": 2, "used": 0, "borrowed": 0}  # fmt: skip
+    url = f"/api/v1/team-queues/{vision['id']}/"
+    assert outsider.get(url).status_code == 404
+    assert alice.patch(url, {"cohort": "research"}, format="json").status_code == 403
+    bad = admin.patch(url, {"borrowing_limit": 2}, format="json")
+    assert bad.status_code == 400 and "need a cohort" in str(bad.json())
+    assert admin.patch(url, {"cohort": "Not_DNS"}, format="json").status_code == 400
+    ok = admin.patch(url, {"cohort": "research", "lending_limit": 1}, format="json")
+    assert ok.status_code == 200 and ok.json()["cohort"] == "research"
+    run_pending()
+    entry = cq(kq)["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]
+    assert cq(kq)["spec"]["cohortName"] == "research"
+    assert (entry["nominalQuota"], entry["lendingLimit"]) == ("2", "1")
