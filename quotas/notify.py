@@ -100,15 +100,30 @@ def failed(req: QuotaRequest, error: str) -> None:
     )  # fmt: skip
 
 
-def _below_usage(lowering: dict | None) -> str:
+# What a lowering below usage does, per backend (quotas/preview.py Change.backend).
+BELOW = {
+    "resourcequota": "below usage, waits for an admin's confirmation",
+    "kueue": "below what admitted workloads hold: they keep running, new ones queue",
+}
+
+
+def _below_usage(lowering: dict | None, backend: str = "resourcequota") -> str:
     if not lowering:
         return ""
+    if backend == "kueue":
+        what = "; ".join(f"{k} {v['hard']} while admitted workloads hold {v['used']}"
+                         for k, v in lowering.items())  # fmt: skip
+        return (f"\nThis lowers the team's Kueue quota below what its admitted workloads "
+                f"hold ({what}): they keep running, and new workloads of that class queue "
+                "until usage falls below the new quota.\n")  # fmt: skip
     what = "; ".join(f"{k} {v['hard']} while pods use {v['used']}" for k, v in lowering.items())
     return (f"\nThis lowers the quota below what the namespace's pods use ({what}): the "
             "portal applies that only once an admin confirms it.\n")  # fmt: skip
 
 
-def grant_expiring(grant, days: int, lowering: dict | None = None) -> None:
+def grant_expiring(
+    grant, days: int, lowering: dict | None = None, backend: str = "resourcequota"
+) -> None:
     team = grant.namespace.team
     people = [m.user for m in Membership.objects.filter(team=team).select_related("user")]
     _send(
@@ -116,18 +131,18 @@ def grant_expiring(grant, days: int, lowering: dict | None = None) -> None:
         f"[GPU portal] {grant.amount} {grant.resource} in {grant.namespace} ends in {days} days",
         f"The grant of {grant.amount} x {grant.resource} in {grant.namespace} ends on "
         f"{grant.ends_at:%Y-%m-%d %H:%M} UTC. Ask for a renewal on the team page if you "
-        f"still need it.\n{_below_usage(lowering)}",
+        f"still need it.\n{_below_usage(lowering, backend)}",
     )  # fmt: skip
 
 
-def grant_expired(grant, lowering: dict | None = None) -> None:
+def grant_expired(grant, lowering: dict | None = None, backend: str = "resourcequota") -> None:
     team = grant.namespace.team
     people = [m.user for m in Membership.objects.filter(team=team).select_related("user")]
     _send(
         Kind.EXPIRED, people,
         f"[GPU portal] {grant.amount} {grant.resource} in {grant.namespace} has ended",
         f"The grant of {grant.amount} x {grant.resource} in {grant.namespace} ended; the "
-        f"namespace's quota now counts its remaining grants.\n{_below_usage(lowering)}",
+        f"namespace's quota now counts its remaining grants.\n{_below_usage(lowering, backend)}",
     )  # fmt: skip
 
 

@@ -69,11 +69,12 @@ def process_grant_windows() -> dict[str, int]:
             grant.ended_at, grant.end_reason = grant.ends_at, "expired"
             grant.save(update_fields=["ended_at", "end_reason"])
             # The same warning as on approval and release pages: below usage waits.
-            low = preview.state(grant.namespace).change(grant.resource, 0, grant.gpu_class).lowering
-            note = f"below usage, waits for an admin's confirmation: {low}" if low else ""
+            change = preview.state(grant.namespace).change(grant.resource, 0, grant.gpu_class)
+            low = change.lowering
+            note = f"{notify.BELOW[change.backend]}: {low}" if low else ""
             audit.record(None, "grant.expired", grant, team=grant.namespace.team,
                          after={"ended_at": grant.ends_at.isoformat()}, note=note)  # fmt: skip
-            notify.grant_expired(grant, low)
+            notify.grant_expired(grant, low, change.backend)
             namespaces[grant.namespace_id].add("expiry")
             counts["expired"] += 1
         for ns in TeamNamespace.objects.filter(pk__in=namespaces):
@@ -86,12 +87,10 @@ def process_grant_windows() -> dict[str, int]:
         )  # fmt: skip
         for grant in remind.select_related("namespace__team"):
             days = max(1, round((grant.ends_at - now) / timedelta(days=1)))
-            low = (
-                preview.state(grant.namespace)
-                .change(grant.resource, -grant.amount, grant.gpu_class)
-                .lowering
+            change = preview.state(grant.namespace).change(
+                grant.resource, -grant.amount, grant.gpu_class
             )
-            notify.grant_expiring(grant, days, low)
+            notify.grant_expiring(grant, days, change.lowering, change.backend)
             grant.reminder_sent_at = now
             grant.save(update_fields=["reminder_sent_at"])
             counts["reminded"] += 1

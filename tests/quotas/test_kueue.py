@@ -198,15 +198,34 @@ def test_limits_without_a_cohort_are_refused(kq):
         set_queue_settings(kq["vision"], kq["cluster"], kq["alice"], cohort="research")
 
 
-def test_time_bound_grant_shrinks_the_nominal_quota_at_its_end(kq):
+def test_time_bound_grant_shrinks_the_nominal_quota_at_its_end(
+    kq, django_capture_on_commit_callbacks
+):
+    from django.core import mail
+
     approve(kq, 3, "h100", ends_at=timezone.now() + timedelta(days=2))
     run_pending()
     assert nominal(kq, "h100") == "3"
+    queued_pod(kq, "long-run", 3)  # admitted, and still running at the grant's end
+    core = kq["core"]
+    assert wait_until(lambda: core.read_namespaced_pod("long-run", "vision").spec.node_name)
+    assert wait_until(lambda: reconcile_quotas() and kueue.class_rows(
+        TeamQueue.objects.get(team=kq["vision"]))[0].used == 3)  # fmt: skip
+    mail.outbox.clear()
     with time_machine.travel(timezone.now() + timedelta(days=2, minutes=1)):
-        counts = process_grant_windows()
+        with django_capture_on_commit_callbacks(execute=True):
+            counts = process_grant_windows()
         assert counts["expired"] == 1
         run_pending()
     assert nominal(kq, "h100") == "0"
+    # Kueue keeps the admitted pod: nothing waits for an admin, and everyone is told so.
+    assert core.read_namespaced_pod("long-run", "vision").status.phase == "Running"
+    assert not Operation.objects.filter(status="confirm").exists()
+    (expired,) = [m for m in mail.outbox if "has ended" in m.subject]
+    assert "below what its admitted workloads hold" in expired.body
+    assert "they keep running" in expired.body
+    event = AuditEvent.objects.get(action="grant.expired")
+    assert event.note.startswith("below what admitted workloads hold")
 
 
 def test_hand_edited_cluster_queue_is_reverted(kq):
