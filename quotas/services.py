@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from inventory.models import GpuClass, is_gpu_resource
 
-from . import audit, notify
+from . import audit, notify, preview
 from .apply import enqueue_apply
 from .capacity import Headroom, advertised_resources, allocatable, free, headroom
 from .models import (
@@ -269,11 +269,16 @@ def approve(
     if req.kind == QuotaRequest.Kind.RELEASE:
         grant = Grant.objects.select_for_update().get(pk=req.target_grant_id)
         before = {"ended_at": None}
+        # What the release does to running and queued work, as the release page showed it.
+        change = preview.state(grant.namespace).change(
+            grant.resource, -grant.amount, grant.gpu_class
+        )
         grant.ended_at, grant.end_reason = now, "released"
         grant.save(update_fields=["ended_at", "end_reason"])
         audit.record(
             by, "grant.released", grant, team=req.team,
             before=before, after={"ended_at": now.isoformat()},
+            note=f"{notify.BELOW[change.backend]}: {change.lowering}" if change.lowering else "",
         )  # fmt: skip
     else:
         amount = req.amount if amount is None else amount

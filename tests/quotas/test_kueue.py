@@ -319,6 +319,11 @@ def test_team_page_shows_the_queue_per_class_and_what_waits(kq, client):
     )
     assert "Kueue keeps the admitted workloads running" in page
     assert grant.gpu_class == kq["h100"]
+    url = reverse("quotas:grant-release", args=[grant.pk])
+    assert client.post(url, {"justification": "The paper is out."}).status_code == 302
+    event = AuditEvent.objects.get(action="grant.released")
+    assert event.note.startswith("below what admitted workloads hold: they keep running")
+    assert f"{kueue.flavor_name(kq['h100'])}/{GPU}" in event.note
 
 
 def test_team_queue_api_is_team_scoped_and_admins_set_the_cohort(kq):
