@@ -391,6 +391,7 @@ def test_cluster_list_and_detail(as_researcher):
     assert [r.status for r in response.context["runs"]] == ["failed", "succeeded"]
     # No sync button for non-staff.
     assert "Sync now" not in html
+    assert 'data-enforcement="resourcequota">ResourceQuota (class not enforced)' in html
 
 
 def test_unknown_cluster_is_404(as_researcher):
