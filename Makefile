@@ -12,7 +12,7 @@ PIP_FLAGS := -qq --disable-pip-version-check --no-input
 ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test lint fmt bench bench-quota bench-ingest bench-auth
+.PHONY: help venv demo test lint fmt bench bench-quota bench-ingest bench-auth bench-signin
 
 help:
 	@echo "make demo   run the portal with the demo cluster, embedded Postgres and Redis,"
@@ -69,3 +69,6 @@ bench-ingest: venv
 
 bench-auth: venv
 	$(VENV_PY) bench/auth_bench.py $(ARGS)
+
+bench-signin: venv
+	$(VENV_PY) -m devstack run -- $(VENV_PY) bench/signin_bench.py $(ARGS)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import socket
 import ssl
 import sys
@@ -138,7 +139,36 @@ def child_env(services: Services, data: Path, portal_kubeconfig: Path) -> dict[s
     # The demo fleet's mig-manager sees a ConfigMap write after 3 s (gpuOperator
     # configMountDelay), not a kubelet's minute: the MIG coordinator waits that long.
     env.setdefault("MIG_CONFIG_MOUNT_SECONDS", "5")
+    # /metrics names teams and namespaces: the demo needs a scrape token too (issue #11).
+    if not env.get("METRICS_TOKEN") and not env.get("METRICS_TOKEN_FILE"):
+        env["METRICS_TOKEN_FILE"] = str(metrics_token_file(data))
     return env
+
+
+def metrics_token_file(data: Path) -> Path:
+    """``$DATA_DIR/metrics-token`` (mode 0600): the demo's ``/metrics`` bearer token, made
+    once and kept, so a Prometheus scrape config keeps working across restarts."""
+    path = data / "metrics-token"
+    if not path.exists() or not path.read_text().strip():
+        path.touch(mode=0o600)
+        path.write_text(secrets.token_urlsafe(32) + "\n")
+    return path
+
+
+def _metrics_lines(port: int, env: dict[str, str] | None) -> list[str]:
+    if not env:
+        return []
+    if env.get("METRICS_TOKEN_FILE"):
+        token = f"$(cat {env['METRICS_TOKEN_FILE']})"
+    elif env.get("METRICS_TOKEN"):
+        token = "$METRICS_TOKEN"
+    else:
+        return []
+    return [
+        "  Prometheus metrics (they name teams, so they need the token):",
+        f'    curl -H "Authorization: Bearer {token}" http://127.0.0.1:{port}/metrics',
+        "",
+    ]
 
 
 def write_env_file(path: Path, values: dict[str, str]) -> None:
@@ -157,7 +187,10 @@ def _kueue_lines(kubeconfig: Path) -> list[str]:
     ]
 
 
-def banner(port: int, seed_output: str, kubeconfig: Path, services: Services) -> list[str]:
+def banner(
+    port: int, seed_output: str, kubeconfig: Path, services: Services,
+    env: dict[str, str] | None = None,
+) -> list[str]:  # fmt: skip
     """What the user needs once everything is up."""
     rule = "=" * 72
     lines = ["", rule, f"  GPU quota portal demo:  http://127.0.0.1:{port}/", ""]
@@ -173,6 +206,7 @@ def banner(port: int, seed_output: str, kubeconfig: Path, services: Services) ->
         f"    kubectl --kubeconfig {kubeconfig} auth can-i --list \\",
         f"      --as system:serviceaccount:{PORTAL_SERVICE_ACCOUNT.replace('/', ':')}",
         "",
+        *_metrics_lines(port, env),
         *(f"  {note}" for note in services.describe()),
         f"  DATABASE_URL={redact(services.database_url)}",
         f"  REDIS_URL={services.redis_url}",
@@ -297,12 +331,18 @@ def _bring_up(
         cwd=REPO_ROOT,
     )
     celery = [py, "-m", "celery", "-A", "portal"]
+    # The worker, beat, watcher and agents are restarted when they die (bounded, with a
+    # log line: devstack/supervisor.py); the simulators, the web server and the services
+    # dying still stops the demo.
     sup.start(
-        "worker", [*celery, "worker", "-l", "INFO", "--concurrency", "2"], env=env, cwd=REPO_ROOT
-    )
+        "worker", [*celery, "worker", "-l", "INFO", "--concurrency", "2"], env=env, cwd=REPO_ROOT,
+        restart=True,
+    )  # fmt: skip
     schedule = str(data / "celerybeat-schedule")
-    sup.start("beat", [*celery, "beat", "-l", "INFO", "-s", schedule], env=env, cwd=REPO_ROOT)
-    sup.start("watch", [py, "manage.py", "watch_inventory"], env=env, cwd=REPO_ROOT)
+    sup.start("beat", [*celery, "beat", "-l", "INFO", "-s", schedule], env=env, cwd=REPO_ROOT,
+              restart=True)  # fmt: skip
+    sup.start("watch", [py, "manage.py", "watch_inventory"], env=env, cwd=REPO_ROOT,
+              restart=True)  # fmt: skip
     if sup.wait_until(lambda: port_answers(port), timeout=60):
         tokens = data / "agent-tokens.json"
         if tokens.exists():  # seed_demo wrote one token per GPU node of the demo cluster
@@ -312,8 +352,9 @@ def _bring_up(
                  "--tokens", str(tokens), "--interval", "15"],
                 env=env,
                 cwd=REPO_ROOT,
+                restart=True,
             )  # fmt: skip
-        sup.block(banner(port, seed_output, kubeconfig, services))
+        sup.block(banner(port, seed_output, kubeconfig, services, env))
         sup.run_forever()
     elif not sup.stopping:
         sup.request_stop(f"the web server did not listen on port {port} within 60s", failed=True)

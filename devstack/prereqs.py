@@ -14,7 +14,7 @@ import subprocess
 from collections.abc import Callable
 
 # program -> the Debian package that provides it
-TEST_PROGRAMS: dict[str, str] = {"kubectl": "kubernetes-client"}
+TEST_PROGRAMS: dict[str, str] = {"kubectl": "kubernetes-client", "chromium": "chromium"}
 
 
 def missing_programs(programs: dict[str, str] = TEST_PROGRAMS) -> dict[str, str]:

@@ -3,6 +3,12 @@
 Every child runs in its own session (so its own process group): a Ctrl-C in the terminal reaches
 only the supervisor, which then stops the children in order, and a group signal also reaches the
 grandchildren (Celery's pool processes). Output is prefixed with the child's name.
+
+A child started with ``restart=True`` (the demo's worker, beat, watcher and agents) that
+dies is started again, with a log line, at most ``RESTART_LIMIT`` times in
+``RESTART_WINDOW`` seconds; past that it counts as dead and everything stops. Only a
+signal stops the run: SIGINT and SIGTERM always (also when started in the background,
+where the shell sets SIGINT to ignored), SIGHUP unless it was ignored at start (``nohup``).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +33,9 @@ NAME_WIDTH = 8
 # cyan, yellow, magenta, green, blue, bright cyan, bright yellow, bright magenta
 COLOURS = ("36", "33", "35", "32", "34", "96", "93", "95")
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# A restartable child may die this often in this many seconds before the run gives up.
+RESTART_LIMIT = 5
+RESTART_WINDOW = 60.0
 
 
 @dataclass
@@ -38,6 +48,10 @@ class Child:
     captured: list[str] | None
     reader: threading.Thread | None = None
     pgid: int = 0
+    restart: bool = False
+    # How to start it again: (argv, env, cwd).
+    spec: tuple | None = None
+    restarts: deque | None = None
 
 
 class Supervisor:
@@ -108,8 +122,15 @@ class Supervisor:
     # ------------------------------------------------------------------ signals
 
     def install_signal_handlers(self) -> None:
-        """Turn SIGINT/SIGTERM/SIGHUP into an orderly stop; a second Ctrl-C skips the wait."""
+        """Turn SIGINT/SIGTERM/SIGHUP into an orderly stop; a second Ctrl-C skips the wait.
+
+        SIGINT is handled even where it was ignored at start (a shell starts background
+        jobs so: ``make demo &`` still stops on ``kill -INT``); a SIGHUP ignored at start
+        (``nohup make demo``) stays ignored, so closing the terminal does not stop it.
+        """
         for signum in STOP_SIGNALS:
+            if signum == signal.SIGHUP and signal.getsignal(signum) == signal.SIG_IGN:
+                continue
             signal.signal(signum, self._on_signal)
 
     def _on_signal(self, signum: int, _frame: object) -> None:
@@ -141,8 +162,20 @@ class Supervisor:
         cwd: Path | str | None = None,
         oneshot: bool = False,
         capture: bool = False,
+        restart: bool = False,
     ) -> Child:
-        """Start ``argv`` as child ``name``; stdout and stderr both go through the prefixer."""
+        """Start ``argv`` as child ``name``; stdout and stderr both go through the prefixer.
+
+        ``restart``: start it again when it dies (bounded, see the module doc)."""
+        child = self._spawn(name, argv, env, cwd, oneshot, capture)
+        if restart:
+            child.restart, child.spec, child.restarts = True, (argv, env, cwd), deque()
+        self.children.append(child)
+        self._snapshot()
+        self._record()
+        return child
+
+    def _spawn(self, name, argv, env, cwd, oneshot: bool, capture: bool) -> Child:
         child_env = dict(os.environ if env is None else env)
         child_env.setdefault("PYTHONUNBUFFERED", "1")
         proc = subprocess.Popen(
@@ -158,10 +191,31 @@ class Supervisor:
         self._groups.add(proc.pid)
         child.reader = threading.Thread(target=self._pump, args=(child,), daemon=True)
         child.reader.start()
-        self.children.append(child)
+        return child
+
+    def _restart(self, child: Child, code: int) -> bool:
+        """Start a dead restartable child again; False when it died too often."""
+        now = time.monotonic()
+        assert child.restarts is not None and child.spec is not None
+        while child.restarts and now - child.restarts[0] > RESTART_WINDOW:
+            child.restarts.popleft()
+        if len(child.restarts) >= RESTART_LIMIT:
+            return False
+        child.restarts.append(now)
+        # Whatever the dead one left in its group (a pool process) goes with it.
+        self._signal_group(child.pgid, signal.SIGKILL)
+        self._groups.discard(child.pgid)
+        argv, env, cwd = child.spec
+        new = self._spawn(child.name, argv, env, cwd, False, False)
+        child.proc, child.pgid, child.reader = new.proc, new.pgid, new.reader
+        self.log(
+            f"{child.name} exited (code {code}); restarted it as pid {child.pgid} "
+            f"({len(child.restarts)} of {RESTART_LIMIT} restarts allowed in "
+            f"{RESTART_WINDOW:.0f}s)"
+        )
         self._snapshot()
         self._record()
-        return child
+        return True
 
     def _record(self) -> None:
         """Write our process groups to ``state_file`` so a run after a SIGKILL can clean up."""
@@ -235,7 +289,12 @@ class Supervisor:
             code = child.proc.poll()
             if code is not None and not child.oneshot:
                 self._finish_reader(child)
-                self.request_stop(f"{child.name} exited unexpectedly (code {code})", failed=True)
+                if child.restart and self._restart(child, code):
+                    continue
+                why = f"{child.name} exited unexpectedly (code {code})"
+                if child.restart:
+                    why += f", {RESTART_LIMIT} times within {RESTART_WINDOW:.0f}s: not restarted"
+                self.request_stop(why, failed=True)
                 return
         for name, alive in self.watches.items():
             if not alive():

@@ -11,7 +11,9 @@ Rules (see docs/agent.md, "Failure behaviour"):
 - A connection error, timeout, 429 or 5xx stops the flush and schedules the next attempt
   with exponential backoff and jitter (``Retry-After`` is honoured when longer).
 - Any other 4xx drops that report without retry and logs why: 401/403 mean a bad or foreign
-  token, 400/413 a report the portal refuses (the body has per-field reasons).
+  token, 400/413 a report the portal refuses (the body has per-field reasons: e.g. NUL or
+  a lone surrogate in a text field). Retrying those would stall the buffer behind a report
+  that can never be accepted; a report that cannot even be written as JSON (NaN) likewise.
 - Reports older than ``max_age_s`` (1 h, the oldest the portal accepts) are dropped.
 """
 
@@ -175,7 +177,13 @@ class Sender:
                 self._retry_later(PostResult(0, str(exc)))
                 failed = True
                 break
-            body = json.dumps(report, separators=(",", ":")).encode()
+            try:
+                body = json.dumps(report, separators=(",", ":"), allow_nan=False).encode()
+            except (TypeError, ValueError) as exc:  # NaN, or a value JSON cannot carry
+                self.buffer.popleft()
+                self.rejected += 1
+                log.error("report %s is not valid JSON (%s); dropped", report.get("timestamp"), exc)
+                continue
             headers = {
                 "Content-Type": "application/json",
                 "Authorization": f"Bearer {token}",

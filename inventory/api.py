@@ -62,6 +62,12 @@ class PreflightReportSerializer(serializers.Serializer):
 class ClusterSerializer(serializers.ModelSerializer):
     is_stale = serializers.BooleanField(read_only=True)
     node_count = serializers.IntegerField(read_only=True)
+    # Blank until set (no URL: kubeconfig or in-cluster; no preflight run yet).
+    api_url = serializers.CharField(read_only=True, help_text="empty with a kubeconfig")
+    preflight_status = serializers.ChoiceField(
+        choices=Cluster._meta.get_field("preflight_status").choices,
+        allow_blank=True, read_only=True, help_text="empty: no preflight run yet",
+    )  # fmt: skip
     preflight = serializers.SerializerMethodField()
 
     class Meta:
@@ -136,9 +142,12 @@ class ClusterConnectSerializer(serializers.ModelSerializer):
 
 
 class PreflightRefusedSerializer(serializers.Serializer):
+    """A 400: invalid fields (messages per field), or a preflight that found errors
+    (then ``save_anyway`` and ``preflight`` are set)."""
+
     detail = serializers.CharField()
-    save_anyway = serializers.ListField(child=serializers.CharField())
-    preflight = PreflightReportSerializer()
+    save_anyway = serializers.ListField(child=serializers.CharField(), required=False)
+    preflight = PreflightReportSerializer(required=False)
 
 
 class NodeResourceSerializer(serializers.ModelSerializer):
@@ -195,12 +204,14 @@ class NodeDetailSerializer(NodeSerializer):
         read_only_fields = fields
 
     def get_pods(self, node: Node) -> list[dict]:
+        from telemetry.visibility import PodNames  # telemetry depends on inventory
+
         request = self.context.get("request")
-        staff = bool(request and request.user.is_staff)
+        names = PodNames(request.user if request else None)
         return [
             {
                 "namespace": p.namespace,
-                "name": p.name if staff else None,
+                "name": names.name(node.cluster_id, p.namespace, p.name),
                 "phase": p.phase,
                 "requests": p.requests,
             }

@@ -109,7 +109,12 @@ def node_detail(request: HttpRequest, pk) -> HttpResponse:
     labels = sorted(
         node.labels.items(), key=lambda kv: (not kv[0].startswith("nvidia.com/"), kv[0])
     )
+    from telemetry.visibility import PodNames  # telemetry depends on inventory
+
+    pod_names = PodNames(request.user)
     pods = list(node.gpu_pods.all())
+    for pod in pods:
+        pod.visible_name = pod_names.name(node.cluster_id, pod.namespace, pod.name)
     return render(
         request,
         "inventory/node_detail.html",
@@ -117,7 +122,8 @@ def node_detail(request: HttpRequest, pk) -> HttpResponse:
             "node": node,
             "resources": list(node.resources.all()),
             "pods": pods,
-            "show_pod_names": request.user.is_staff,
+            "pod_names": pod_names,
+            "pod_names_hidden": any(p.visible_name is None for p in pods),
             "labels": labels,
             "nvidia_label_count": sum(1 for k, _ in labels if k.startswith("nvidia.com/")),
         },

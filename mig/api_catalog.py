@@ -20,10 +20,11 @@ from drf_spectacular.utils import (
     extend_schema_field,
 )
 from rest_framework import serializers
-from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
+
+from portal.parsers import JSONParser
 
 from .catalog import PRODUCTS, Product, UnknownProduct, resolve_product
 from .layout import STRATEGIES, input_errors, place, resources_for, validate_node_layout

@@ -22,9 +22,9 @@ from rest_framework.routers import SimpleRouter
 
 from inventory.models import Node
 from quotas.api import Conflict, TeamScopedViewSet, domain_errors
-from quotas.models import Team, TeamNamespace
+from quotas.models import TeamNamespace
 from quotas.scoping import visible_to
-from quotas.serializers import ErrorSerializer, enum, username
+from quotas.serializers import ErrorSerializer, VisibleTeamField, enum, username
 
 from . import services
 from .models import MigRequest, MigStep, TransitionError
@@ -107,7 +107,7 @@ class MigRequestDetailSerializer(MigRequestSerializer):
 
 
 class MigRequestCreateSerializer(serializers.Serializer):
-    team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all())
+    team = VisibleTeamField()
     namespace = serializers.CharField(max_length=63, help_text="the team namespace's id or name")
     cluster = serializers.CharField(
         required=False, max_length=63, help_text="cluster slug, when the name is ambiguous"
@@ -217,6 +217,7 @@ class MigRequestViewSet(
     filterset_class = MigRequestFilter
     ordering_fields = ["created_at", "status"]
     ordering = ["-created_at"]
+    admin_actions = frozenset({"approve", "reject", "revert"})
 
     def get_queryset(self):
         qs = super().get_queryset()

@@ -46,6 +46,21 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
         return self.keyword
 
 
+class PasswordInBody(authentication.BaseAuthentication):
+    """For an endpoint that checks a password sent in its body (``POST /auth/token/``).
+
+    It authenticates nobody: a bearer token or a session sent along changes neither whose
+    password is checked nor who is throttled. A wrong password is still a 401 that names
+    the scheme to use afterwards.
+    """
+
+    def authenticate(self, request):
+        return None
+
+    def authenticate_header(self, request) -> str:
+        return BearerTokenAuthentication.keyword
+
+
 class BearerTokenScheme(OpenApiAuthenticationExtension):
     target_class = "portal.auth.BearerTokenAuthentication"
     name = "bearerAuth"

@@ -221,8 +221,9 @@ REGISTRY.register(IdleGpuCollector())
 @never_cache
 @require_GET
 def metrics(request):
-    """Prometheus metrics. They name teams and namespaces, so outside development they
-    need ``Authorization: Bearer $METRICS_TOKEN`` (or a staff session)."""
+    """Prometheus metrics. They name teams and namespaces, so they always need
+    ``Authorization: Bearer $METRICS_TOKEN`` or a staff session, in development too
+    (``make demo`` makes a token and prints how to scrape)."""
     if not _may_scrape(request):
         return HttpResponse("Metrics need a bearer token (METRICS_TOKEN).\n", status=401,
                             content_type="text/plain")  # fmt: skip
@@ -231,9 +232,8 @@ def metrics(request):
 
 def _may_scrape(request) -> bool:
     token = settings.METRICS_TOKEN
-    if token:
-        given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+    header = request.headers.get("Authorization", "")
+    if token and header.startswith("Bearer "):
+        given = header.removeprefix("Bearer ").strip()
         return hmac.compare_digest(given.encode(), token.encode())
-    if request.user.is_authenticated and request.user.is_staff:
-        return True
-    return settings.DEBUG
+    return bool(request.user.is_authenticated and request.user.is_staff)

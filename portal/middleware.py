@@ -23,9 +23,12 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
-from django.http import HttpResponsePermanentRedirect, JsonResponse
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
+from django.http import HttpResponse, HttpResponsePermanentRedirect, JsonResponse
 from django.http.request import split_domain_port
 from django.urls import resolve
+
+from .parsers import too_large_detail
 
 
 class HostRoutingMiddleware:
@@ -65,3 +68,72 @@ class HostRoutingMiddleware:
         # No session middleware ran: a probe is anonymous (metrics then need the token).
         request.user = AnonymousUser()
         return match.func(request, *match.args, **match.kwargs)
+
+
+class InputGuardMiddleware:
+    """Refuse, with a 4xx and a message, what would otherwise reach a view and end in a 500.
+
+    - NUL in the path or the query string (PostgreSQL refuses NUL in text, so a lookup by
+      slug or a text filter holding ``%00`` would fail there): 400.
+    - On ``/api/``, a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` is a JSON 413, announced by
+      ``Content-Length`` (refused before it is read) or found while reading a form body
+      (Django's ``RequestDataTooBig``, otherwise an HTML 400 page); too many form fields is
+      a JSON 400. DRF views get the same answers from ``portal.rest.exception_handler``.
+    Elsewhere the answers are plain text.
+    """
+
+    API_PREFIX = "/api/"
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        problem = url_problem(request)
+        if problem:
+            return self._refuse(request, 400, problem)
+        if request.path_info.startswith(self.API_PREFIX):
+            limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+            try:
+                length = int(request.META.get("CONTENT_LENGTH") or 0)
+            except ValueError:
+                return self._refuse(request, 400, "Invalid Content-Length.")
+            if limit is not None and length > limit:
+                return self._refuse(request, 413, too_large_detail(limit))
+            return json_errors(self.get_response(request))
+        return self.get_response(request)
+
+    def process_exception(self, request, exception):
+        if isinstance(exception, RequestDataTooBig):
+            limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE or 0
+            return self._refuse(request, 413, too_large_detail(limit))
+        if isinstance(exception, TooManyFieldsSent | TooManyFilesSent):
+            return self._refuse(request, 400, str(exception) or "Too many form fields.")
+        return None
+
+    def _refuse(self, request, status: int, detail: str):
+        if request.path_info.startswith(self.API_PREFIX):
+            return JsonResponse({"detail": detail}, status=status)
+        return HttpResponse(detail, status=status, content_type="text/plain; charset=utf-8")
+
+
+def json_errors(response):
+    """An HTML error page on ``/api/`` (a URL no route matches, Django's 400/403/500
+    handlers) becomes the API's error body: ``{"detail": ...}`` with the same status."""
+    if response.status_code < 400 or "html" not in response.get("Content-Type", ""):
+        return response
+    reason = response.reason_phrase or "Error"
+    replaced = JsonResponse({"detail": f"{reason}."}, status=response.status_code)
+    for header in ("Retry-After", "WWW-Authenticate", "Allow"):
+        if header in response:
+            replaced[header] = response[header]
+    return replaced
+
+
+def url_problem(request) -> str | None:
+    if "\x00" in request.path_info:
+        return "NUL characters are not allowed in the URL."
+    if "%00" in request.META.get("QUERY_STRING", "") or "\x00" in request.META.get(
+        "QUERY_STRING", ""
+    ):
+        return "NUL characters are not allowed in the query string."
+    return None

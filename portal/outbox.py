@@ -18,13 +18,24 @@ DISPATCH_GRACE = timedelta(seconds=5)
 
 
 def redispatch_due(
-    model: type[models.Model], dispatch: Callable[[object], None], now: datetime | None = None
+    model: type[models.Model],
+    dispatch: Callable[[object], None],
+    now: datetime | None = None,
+    *,
+    reclaim: Callable[[datetime], object] | None = None,
 ) -> int:
-    """Reclaim rows whose worker died (lease expired) and re-send every due pending row."""
+    """Reclaim rows whose worker died (lease expired) and re-send every due pending row.
+
+    ``reclaim(now)``: the table's own reclaim (closing the abandoned attempt with its
+    error, quotas/leases.py); without one, expired rows simply go back to pending.
+    """
     now = now or timezone.now()
-    model.objects.filter(status="running", lease_until__lt=now).update(
-        status="pending", next_attempt_at=now, lease_until=None
-    )
+    if reclaim is not None:
+        reclaim(now)
+    else:
+        model.objects.filter(status="running", lease_until__lt=now).update(
+            status="pending", next_attempt_at=now, lease_until=None
+        )
     due = list(
         model.objects.filter(
             status="pending", next_attempt_at__lte=now - DISPATCH_GRACE

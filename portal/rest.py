@@ -5,6 +5,8 @@ Kept free of view imports: DRF imports these while it is still importing itself.
 
 from __future__ import annotations
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from django.http import Http404
 from rest_framework import exceptions
 from rest_framework.pagination import PageNumberPagination
@@ -12,9 +14,19 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 
 class Pagination(PageNumberPagination):
+    """``page`` must be a positive integer (else 400); a page past the last is a 404."""
+
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 500
+
+    def get_page_number(self, request, paginator):
+        text = str(super().get_page_number(request, paginator)).strip()  # "last": a number
+        if not text.isdecimal() or len(text) > 18 or int(text) < 1:
+            raise exceptions.ValidationError(
+                {self.page_query_param: ["Use a positive whole number (1, 2, ...)."]}
+            )
+        return int(text)
 
 
 def exception_handler(exc, context):
@@ -25,6 +37,12 @@ def exception_handler(exc, context):
     """
     if isinstance(exc, Http404):
         exc = exceptions.NotFound("Not found.")
+    elif isinstance(exc, RequestDataTooBig):
+        from .parsers import BodyTooLarge, too_large_detail
+
+        exc = BodyTooLarge(too_large_detail(settings.DATA_UPLOAD_MAX_MEMORY_SIZE or 0))
+    elif isinstance(exc, TooManyFieldsSent | TooManyFilesSent):
+        exc = exceptions.ParseError(str(exc) or "Too many form fields.")
     response = drf_exception_handler(exc, context)
     if response is None:
         return None
@@ -35,3 +53,53 @@ def exception_handler(exc, context):
     elif isinstance(exc, exceptions.ValidationError) and isinstance(response.data, list):
         response.data = {"detail": " ".join(str(m) for m in response.data)}
     return response
+
+
+# -- schema: the statuses every operation may answer ------------------------------------------
+
+_COMMON_ERRORS = {
+    "400": "invalid input: a malformed parameter or body, with a message (per field when a "
+    "field is at fault)",
+    "401": "missing, unknown, expired or revoked credentials",
+    "403": "signed in, but not allowed to do this",
+    "413": "request body larger than the limit (DATA_UPLOAD_MAX_MEMORY_SIZE)",
+    "429": "too many requests: wait as Retry-After says",
+}
+_PATH_ERRORS = {"404": "unknown, or not visible to you (or a page past the last one)"}
+_BODY_ERRORS = {"415": "unsupported Content-Type for the body"}
+
+
+def document_common_errors(result, generator, request, public):
+    """drf-spectacular postprocessing hook: add the error statuses any request may get.
+
+    Whatever a view documents itself is kept; the others answer the shared error body
+    (``Error``: ``detail`` plus, for validation errors, messages per field).
+    """
+    schemas = result.setdefault("components", {}).setdefault("schemas", {})
+    schemas.setdefault(
+        "Error",
+        {
+            "type": "object",
+            "description": "Every error: ``detail``; validation errors add a list of "
+            "messages per field.",
+            "properties": {"detail": {"type": "string"}},
+            "required": ["detail"],
+        },
+    )
+    error = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+    for path, item in result.get("paths", {}).items():
+        for operation in item.values():
+            if not isinstance(operation, dict) or "responses" not in operation:
+                continue
+            wanted = dict(_COMMON_ERRORS)
+            names = {p.get("name") for p in operation.get("parameters", [])}
+            # A page past the last one is a 404; so is an unknown ?format= (DRF's rule).
+            if "{" in path or "page" in names or "format" in names:
+                wanted.update(_PATH_ERRORS)
+            if "requestBody" in operation:
+                wanted.update(_BODY_ERRORS)
+            responses = operation["responses"]
+            for code, description in wanted.items():
+                if code not in responses:
+                    responses[code] = {"description": description, "content": error}
+    return result

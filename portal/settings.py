@@ -199,7 +199,11 @@ CELERY_BEAT_SCHEDULE = {
 QUOTA_NAME = env.str("QUOTA_NAME", default="gpu-portal-quota")
 QUOTA_MAX_DURATION_DAYS = env.int("QUOTA_MAX_DURATION_DAYS", default=90)
 QUOTA_REMINDER_DAYS = env.int("QUOTA_REMINDER_DAYS", default=3)
-QUOTA_OPERATION_LEASE_SECONDS = env.int("QUOTA_OPERATION_LEASE_SECONDS", default=300)
+# State that tells the truth after a fault (issue #11 section 4): a claimed operation's
+# lease, renewed by a heartbeat every third of it (quotas/leases.py), so a dead worker's
+# operation is reclaimed within about this long; and members' pending requests per team.
+QUOTA_OPERATION_LEASE_SECONDS = env.int("QUOTA_OPERATION_LEASE_SECONDS", default=30)
+QUOTA_MAX_PENDING_PER_TEAM = env.int("QUOTA_MAX_PENDING_PER_TEAM", default=20)
 # Kueue enforcement (docs/quotas.md, "Kueue"): the portal's objects are named with this
 # prefix (ResourceFlavor gpu-portal-<class>, ClusterQueue gpu-portal-<team>); the LocalQueue
 # in each team namespace is named KUEUE_LOCAL_QUEUE ("default" also catches pods without
@@ -272,3 +276,81 @@ LOGGING = {
         "urllib3": {"level": "WARNING"},
     },
 }
+
+# Hostile input answers 4xx, never 5xx (issue #11 section 2): portal/validation.py.
+# JSON bodies: bounded size (413), depth and no NUL / lone surrogates (400).
+REST_FRAMEWORK["DEFAULT_PARSER_CLASSES"] = [
+    "portal.parsers.JSONParser",
+    "rest_framework.parsers.FormParser",
+    "rest_framework.parsers.MultiPartParser",
+]
+API_JSON_MAX_DEPTH = env.int("API_JSON_MAX_DEPTH", default=32)
+# NUL in URLs -> 400; oversized bodies on /api/ -> JSON 413 (after SecurityMiddleware).
+MIDDLEWARE.insert(1, "portal.middleware.InputGuardMiddleware")
+# Every operation documents the statuses any request may get (401, 413, 429, ...).
+SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"] = [
+    "drf_spectacular.hooks.postprocess_schema_enums",
+    "portal.rest.document_common_errors",
+]
+
+# Sign-in throttling (issue #11 section 1): portal/signin/, docs/security.md "Sign-in".
+# django-axes counts failed password checks on every path (sign-in page, Django admin, API
+# token endpoint) and locks out an account (from any address) and an address (for any
+# account) once its failures within the cool-off reach the limit; a locked-out client is
+# refused before the password hasher runs, with 429 and Retry-After.
+INSTALLED_APPS += ["axes", "portal.signin"]
+MIDDLEWARE.append("axes.middleware.AxesMiddleware")
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+# Proxies whose X-Forwarded-For is believed (addresses or CIDR networks, comma-separated).
+# Empty (the default): none, the client address is REMOTE_ADDR (portal/signin/address.py).
+TRUSTED_PROXIES = env.list("TRUSTED_PROXIES", default=[])
+AXES_FAILURE_LIMIT = env.int("SIGNIN_FAILURE_LIMIT", default=10)
+AXES_COOLOFF_TIME = timedelta(minutes=env.float("SIGNIN_COOLOFF_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+# Attempts refused during a lockout do not prolong it, so its end is known (Retry-After).
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_CLIENT_IP_CALLABLE = "portal.signin.address.client_ip"
+AXES_LOCKOUT_CALLABLE = "portal.signin.lockout.lockout_response"
+# portal/signin/admin.py registers the attempts with an audited "Unlock" action.
+AXES_ENABLE_ADMIN = False
+
+# Content-Security-Policy (issue #11 section 5): django-csp; docs/security.md "Headers".
+# Every page loads scripts and styles from our static files only: no inline <script>,
+# style="" or on*= handlers (bars use pct-N classes, static/css/portal.css), so neither
+# needs 'unsafe-inline'. tests/portal/test_csp.py loads every page in headless Chromium
+# and counts violations. CSP_REPORT_URI: where browsers send violation reports (optional).
+from csp.constants import NONE as _CSP_NONE  # noqa: E402
+from csp.constants import SELF as _CSP_SELF  # noqa: E402
+
+INSTALLED_APPS += ["csp"]
+# Before axes: a lockout page (axes swaps the response on the way out) keeps the header.
+MIDDLEWARE.insert(
+    MIDDLEWARE.index("axes.middleware.AxesMiddleware"), "csp.middleware.CSPMiddleware"
+)
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [_CSP_SELF],
+        "script-src": [_CSP_SELF],
+        "style-src": [_CSP_SELF],
+        "img-src": [_CSP_SELF, "data:"],
+        "font-src": [_CSP_SELF],
+        "connect-src": [_CSP_SELF],
+        "object-src": [_CSP_NONE],
+        "base-uri": [_CSP_NONE],
+        "form-action": [_CSP_SELF],
+        "frame-ancestors": [_CSP_NONE],
+    }
+}
+if env.str("CSP_REPORT_URI", default=""):
+    CONTENT_SECURITY_POLICY["DIRECTIVES"]["report-uri"] = [env.str("CSP_REPORT_URI")]
+
+# Members' API writes are rate limited (issue #11 section 5): portal/throttles.py.
+# POST/PUT/PATCH/DELETE by a signed-in non-admin, per user; over it: 429 with Retry-After.
+MEMBER_WRITE_RATE = env.str("MEMBER_WRITE_RATE", default="60/min")
+REST_FRAMEWORK["DEFAULT_THROTTLE_CLASSES"] = [
+    *REST_FRAMEWORK.get("DEFAULT_THROTTLE_CLASSES", []),
+    "portal.throttles.MemberWriteThrottle",
+]

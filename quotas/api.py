@@ -18,7 +18,7 @@ from django.db.models import Prefetch
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
-from rest_framework import exceptions, mixins, renderers, status, viewsets
+from rest_framework import exceptions, mixins, permissions, renderers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
@@ -73,15 +73,34 @@ def domain_errors() -> Iterator[None]:
         raise Conflict(str(exc)) from exc
 
 
+class AdminOnly(permissions.BasePermission):
+    """Portal admins (Django staff) only. As a permission class it runs before the view
+    reads the body, so a member's request is refused (403) before any field error."""
+
+    message = "Only portal admins can do this."
+
+    def has_permission(self, request, view) -> bool:
+        return bool(request.user and request.user.is_staff)
+
+
 class TeamScopedViewSet(viewsets.GenericViewSet):
     """Base of the quota viewsets: ``queryset`` (with its joins) limited to the caller.
 
     ``team_path`` leads from the model to its Team. A concrete viewset sets
-    ``queryset``, ``serializer_class``, ``filterset_class`` and ``ordering_fields``.
+    ``queryset``, ``serializer_class``, ``filterset_class`` and ``ordering_fields``;
+    ``admin_actions`` names the actions only admins may take (checked first: 403 before
+    the body is validated or the object looked up).
     """
 
     team_path = "team"
     ordering_fields: list[str] = []
+    admin_actions: frozenset[str] = frozenset()
+
+    def get_permissions(self):
+        perms = super().get_permissions()
+        if self.action in self.admin_actions:
+            perms.append(AdminOnly())
+        return perms
 
     def get_queryset(self):
         qs = super().get_queryset()
@@ -110,6 +129,7 @@ class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedVi
     team_path = "pk"
     ordering_fields = ["name", "slug"]
     ordering = ["name"]
+    admin_actions = frozenset({"baseline"})
 
     def get_serializer(self, *args, **kwargs):
         """Loads the namespaces' limits in bulk (quotas/preview.py) for the teams shown."""
@@ -163,6 +183,7 @@ class QuotaRequestViewSet(
     filterset_class = QuotaRequestFilter
     ordering_fields = ["created_at", "amount", "status"]
     ordering = ["-created_at"]
+    admin_actions = frozenset({"approve", "reject"})
 
     def get_queryset(self):
         qs = super().get_queryset()

@@ -53,6 +53,7 @@ class NamespaceViewSet(
     serializer_class = NamespaceLimitsSerializer
     ordering_fields = ["name"]
     ordering = ["cluster__slug", "name"]
+    admin_actions = frozenset({"create", "adopt", "keep", "remove_quota", "confirm_lowering"})
 
     def get_serializer(self, *args, **kwargs):
         if args and self.action in ("list", "retrieve"):

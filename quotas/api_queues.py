@@ -101,6 +101,7 @@ class TeamQueueViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamSco
     serializer_class = TeamQueueSerializer
     ordering_fields = ["team__slug"]
     ordering = ["cluster__slug", "team__slug"]
+    admin_actions = frozenset({"partial_update"})
 
     @extend_schema(request=QueueSettingsSerializer,
                    responses={200: TeamQueueSerializer,

@@ -8,6 +8,12 @@ controller has copied ``spec.hard`` to ``status.hard`` (admission enforces that)
 Failures retry with backoff; beat re-dispatches operations whose message or worker was
 lost. The desired quota is recomputed at apply time from the
 grants active then, so running an operation twice, or late, changes nothing.
+
+Faults (issue #11, docs/quotas.md "When an apply fails"): a claimed operation holds a
+short lease that a heartbeat renews while its attempt runs, so beat reclaims the
+operation of a dead worker within a lease and closes its attempt with that error
+(:func:`reclaim_expired`). A request whose apply fails for good withdraws its grant
+(end_reason ``apply_failed``): it stops reserving capacity and counting in the quota.
 """
 
 from __future__ import annotations
@@ -27,11 +33,15 @@ from portal import outbox
 
 from . import audit, limits
 from .capacity import advertised_resources
+from .leases import Heartbeat, lease, reclaim_expired, renew_lease
 from .models import ForeignQuota, Grant, Operation, OperationAttempt, QuotaRequest, TeamNamespace
 
 log = logging.getLogger(__name__)
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-quota-portal"}
+# The reason of an operation the drift check queues for a deleted managed quota: it runs
+# even while another operation of the namespace is in flight, and is never held.
+RECREATE = "recreate"
 # run_operation's result while the quota controller has yet to confirm (a confirm task
 # follows); the operation itself stays running.
 CONFIRMING = "confirming"
@@ -41,11 +51,6 @@ NOT_CONFIRMED = "status.hard not yet updated by the quota controller"
 # re-read is a task of its own: fewer, well-timed ones keep the workers free.
 CONFIRM_FIRST_PAUSE = 0.15
 CONFIRM_MAX_PAUSE = 0.6
-
-
-def lease() -> timedelta:
-    """How long a claimed operation may run before beat assumes its worker died."""
-    return timedelta(seconds=settings.QUOTA_OPERATION_LEASE_SECONDS)
 
 
 def quota_key(resource: str) -> str:
@@ -123,21 +128,25 @@ def run_operation(op_id, *, gateway: KubeGateway | None = None) -> str:
     if ns.cluster.enforcement == Cluster.Enforcement.KUEUE:
         return _run_kueue(op, attempt, ns, gateway)
     hard = desired_hard(ns)
-    low = _lowering(op, ns, hard)
+    # Recreating a deleted quota with the database's state lowers no limit in force.
+    low = {} if op.reason == RECREATE else _lowering(op, ns, hard)
     if low:
         return _hold(op, attempt, low)
     try:
-        gw = gateway or KubeGateway(ns.cluster)
-        try:
-            result = gw.apply_resource_quota(ns.name, settings.QUOTA_NAME, hard, labels=MANAGED_BY)
-            _confirm_spec(result, hard)
-            inline = min(settings.QUOTA_CONFIRM_INLINE_SECONDS, settings.QUOTA_CONFIRM_SECONDS)
-            result = _await_status(
-                gw, ns, result, hard, inline, final=inline >= settings.QUOTA_CONFIRM_SECONDS
-            )
-        finally:
-            if gateway is None:
-                gw.close()
+        with Heartbeat(op.pk, attempt.number):
+            gw = gateway or KubeGateway(ns.cluster)
+            try:
+                result = gw.apply_resource_quota(
+                    ns.name, settings.QUOTA_NAME, hard, labels=MANAGED_BY
+                )
+                _confirm_spec(result, hard)
+                inline = min(settings.QUOTA_CONFIRM_INLINE_SECONDS, settings.QUOTA_CONFIRM_SECONDS)
+                result = _await_status(
+                    gw, ns, result, hard, inline, final=inline >= settings.QUOTA_CONFIRM_SECONDS
+                )
+            finally:
+                if gateway is None:
+                    gw.close()
     except KubeError as err:
         return _failed(op, attempt, str(err), permanent=err.permanent)
     if _differences(_status_hard(result), hard):
@@ -151,7 +160,8 @@ def _run_kueue(op: Operation, attempt: OperationAttempt, ns: TeamNamespace, gate
     from .kueue_apply import apply_team
 
     try:
-        nominal, note = apply_team(ns, gateway or KubeGateway(ns.cluster))
+        with Heartbeat(op.pk, attempt.number):
+            nominal, note = apply_team(ns, gateway or KubeGateway(ns.cluster))
     except KubeError as err:
         return _failed(op, attempt, str(err), permanent=err.permanent)
     return _succeeded(op, attempt, nominal, note=note)
@@ -174,7 +184,7 @@ def confirm_operation(op_id, attempt_number: int, pause: float = CONFIRM_FIRST_P
     attempt = OperationAttempt.objects.get(operation=op, number=attempt_number)
     ns, hard = op.namespace, op.applied_hard
     try:
-        with KubeGateway(ns.cluster) as gw:
+        with Heartbeat(op.pk, attempt_number), KubeGateway(ns.cluster) as gw:
             quota = gw.get_resource_quota(ns.name, settings.QUOTA_NAME)
     except KubeError as err:
         return _failed(op, attempt, str(err), permanent=err.permanent)
@@ -188,6 +198,7 @@ def confirm_operation(op_id, attempt_number: int, pause: float = CONFIRM_FIRST_P
     waited = (timezone.now() - attempt.started_at).total_seconds()
     if waited >= settings.QUOTA_CONFIRM_SECONDS:
         return _failed(op, attempt, f"{NOT_CONFIRMED}: {wrong}", permanent=False)
+    renew_lease(op.pk, attempt_number, extra=pause)  # the next confirm task carries it on
     _schedule_confirm(op, attempt_number, min(pause * 2, CONFIRM_MAX_PAUSE), countdown=pause)
     return CONFIRMING
 
@@ -329,6 +340,7 @@ def _await_status(
 def _hand_over(op: Operation, attempt: OperationAttempt, hard: dict[str, int]) -> str:
     """spec.hard is applied, status.hard not yet: a confirm task takes it from here."""
     Operation.objects.filter(pk=op.pk).update(applied_hard=hard)
+    renew_lease(op.pk, attempt.number, extra=CONFIRM_FIRST_PAUSE)
     _schedule_confirm(op, attempt.number, CONFIRM_FIRST_PAUSE, countdown=CONFIRM_FIRST_PAUSE)
     return CONFIRMING
 
@@ -357,6 +369,7 @@ def _succeeded(
         return "skipped"
     attempt.finished_at, attempt.ok = now, True
     attempt.save(update_fields=["finished_at", "ok"])
+    _mark_enforced(op, now)
     audit.record(None, "quota.applied", op.namespace, team=op.namespace.team, after=hard,
                  note=f"operation {op.pk} ({op.reason})")  # fmt: skip
     from .services import mark_applied
@@ -379,12 +392,38 @@ def _succeeded(
     return Operation.Status.SUCCEEDED
 
 
+def _mark_enforced(op: Operation, now) -> None:
+    """The grants this apply counted are enforced now: those active when the attempt
+    computed its desired state (the namespace's; on Kueue the team's on the cluster)."""
+    ns = op.namespace
+    grants = Grant.objects.filter(applied_at__isnull=True, created_at__lte=op.started_at)
+    if ns.cluster.enforcement == Cluster.Enforcement.KUEUE:
+        grants = grants.filter(namespace__team_id=ns.team_id, namespace__cluster_id=ns.cluster_id)
+    else:
+        grants = grants.filter(namespace_id=ns.pk)
+    grants.active_at(op.started_at).update(applied_at=now)
+
+
 @transaction.atomic
-def _failed(op: Operation, attempt: OperationAttempt, error: str, *, permanent: bool) -> str:
+def _failed(
+    op: Operation,
+    attempt: OperationAttempt | None,
+    error: str,
+    *,
+    permanent: bool,
+    retry_in: timedelta | None = None,
+) -> str:
+    """Record a failed attempt; retry with backoff (or after ``retry_in``), or give up."""
     now = timezone.now()
-    attempt.finished_at, attempt.error = now, error[:2000]
-    attempt.save(update_fields=["finished_at", "error"])
-    op = Operation.objects.select_for_update().get(pk=op.pk)
+    op = Operation.objects.select_for_update().select_related("namespace__team").get(pk=op.pk)
+    if attempt is None:  # the worker died between its claim and the attempt row
+        attempt, _ = OperationAttempt.objects.get_or_create(
+            operation=op, number=op.attempts, defaults={"started_at": op.started_at or now}
+        )
+    attempt = OperationAttempt.objects.select_for_update().get(pk=attempt.pk)
+    if attempt.finished_at is None:
+        attempt.finished_at, attempt.error = now, error[:2000]
+        attempt.save(update_fields=["finished_at", "error"])
     if op.status != Operation.Status.RUNNING or op.attempts != attempt.number:
         return "skipped"  # a later attempt (beat reclaimed the lease) owns the operation
     give_up = permanent or op.attempts >= op.max_attempts
@@ -393,25 +432,58 @@ def _failed(op: Operation, attempt: OperationAttempt, error: str, *, permanent: 
     if give_up:
         op.status, op.finished_at = Operation.Status.FAILED, now
     else:
-        op.status, op.next_attempt_at = Operation.Status.PENDING, now + backoff(op.attempts)
+        op.status = Operation.Status.PENDING
+        op.next_attempt_at = now + (backoff(op.attempts) if retry_in is None else retry_in)
     op.save(update_fields=["status", "finished_at", "next_attempt_at", "last_error", "lease_until"])
     log.warning("operation %s attempt %d failed%s: %s", op.pk, op.attempts,
                 " (giving up)" if give_up else "", error)  # fmt: skip
     if give_up:
         audit.record(None, "quota.apply_failed", op.namespace, team=op.namespace.team,
                      note=f"operation {op.pk}: {error}")  # fmt: skip
-        from .services import mark_failed
-
-        for req in op.requests.select_for_update():
-            mark_failed(req, error)
+        _give_up_requests(op, error, now)
     else:
         from .tasks import apply_operation
 
-        delay = (op.next_attempt_at - now).total_seconds()
+        delay = max((op.next_attempt_at - now).total_seconds(), 0)
         transaction.on_commit(
             lambda: _safe(lambda: apply_operation.apply_async((str(op.pk),), countdown=delay))
         )
     return op.status
+
+
+def _give_up_requests(op: Operation, error: str, now) -> None:
+    """The operation's requests after it failed for good. A new grant that no apply
+    enforced is withdrawn (end_reason ``apply_failed``): it no longer reserves capacity
+    nor counts in the quota or Kueue's nominal, so the request's "failed" is the whole
+    truth; one that another apply of the namespace enforced meanwhile is applied."""
+    from .services import mark_applied, mark_failed
+
+    withdrawn = False
+    for req in op.requests.select_for_update():
+        grant = None
+        if req.kind == QuotaRequest.Kind.NEW and req.grant_id:
+            grant = Grant.objects.select_for_update().get(pk=req.grant_id)
+        if grant is not None and grant.applied_at is not None:
+            mark_applied(req, note=f"enforced by another apply of the namespace "
+                                   f"(operation {op.pk} failed: {error})")  # fmt: skip
+            continue
+        if grant is not None and grant.ended_at is None:
+            grant.ended_at, grant.end_reason = now, "apply_failed"
+            grant.save(update_fields=["ended_at", "end_reason"])
+            audit.record(None, "grant.apply_failed", grant, team=op.namespace.team,
+                         before={"ended_at": None},
+                         after={"ended_at": now.isoformat(), "end_reason": "apply_failed"},
+                         note=f"withdrawn: its apply failed for good (operation {op.pk}: "
+                              f"{error}); it no longer reserves capacity")  # fmt: skip
+            withdrawn = True
+            error_note = f"{error}; the grant was withdrawn and reserves nothing"
+        else:
+            error_note = error
+        mark_failed(req, error_note)
+    if withdrawn:
+        # An attempt may have written part of it (a confirm that timed out, one Kueue
+        # object of several): the cluster is brought back to what the database says.
+        enqueue_apply(op.namespace, reason="apply_failed")
 
 
 def _safe(fn) -> None:
@@ -423,4 +495,4 @@ def _safe(fn) -> None:
 
 def redispatch_due(now=None) -> int:
     """Re-send due pending operations and reclaim ones whose worker died (lease expired)."""
-    return outbox.redispatch_due(Operation, dispatch, now)
+    return outbox.redispatch_due(Operation, dispatch, now, reclaim=reclaim_expired)

@@ -14,6 +14,8 @@ import django_filters
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from portal.fields import StrictIsoDateTimeFilter, StrictIsoDateTimeFromToRangeFilter
+
 from .models import AuditEvent, Grant, Operation, QuotaRequest
 
 
@@ -35,7 +37,7 @@ class QuotaRequestFilter(django_filters.FilterSet):
     status = django_filters.MultipleChoiceFilter(choices=QuotaRequest.Status.choices)
     kind = django_filters.ChoiceFilter(choices=QuotaRequest.Kind.choices)
     resource = django_filters.CharFilter()
-    created = django_filters.IsoDateTimeFromToRangeFilter(
+    created = StrictIsoDateTimeFromToRangeFilter(
         field_name="created_at",
         help_text="created_after / created_before (ISO 8601)",
     )
@@ -102,8 +104,8 @@ class AuditEventFilter(django_filters.FilterSet):
     object_id = django_filters.CharFilter()
     team = django_filters.CharFilter(field_name="team__slug", help_text="team slug")
     actor = django_filters.CharFilter(field_name="actor_name", help_text="username or 'system'")
-    since = django_filters.IsoDateTimeFilter(field_name="at", lookup_expr="gte")
-    until = django_filters.IsoDateTimeFilter(field_name="at", lookup_expr="lt")
+    since = StrictIsoDateTimeFilter(field_name="at", lookup_expr="gte")
+    until = StrictIsoDateTimeFilter(field_name="at", lookup_expr="lt")
 
     class Meta:
         model = AuditEvent

@@ -13,6 +13,7 @@ from django.forms.boundfield import BoundField
 from django.utils import timezone
 
 from inventory.models import Cluster, GpuClass
+from portal.fields import strict_datetime
 
 from .capacity import advertised_resources
 from .models import DNS_LABEL, AuditEvent, NotificationOptOut, QuotaRequest, Team, TeamNamespace
@@ -54,7 +55,7 @@ class UTCDateTimeField(forms.DateTimeField):
 
     def to_python(self, value):
         with timezone.override(UTC):
-            return super().to_python(value)
+            return strict_datetime(super().to_python(value))  # offsets PostgreSQL can store
 
     def prepare_value(self, value):
         if isinstance(value, datetime) and timezone.is_aware(value):

@@ -24,6 +24,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from inventory.kube import KubeError, KubeGateway
+from inventory.models import is_gpu_resource
 
 from . import audit, kueue
 from .models import Team, TeamNamespace, TeamQueue
@@ -115,9 +116,13 @@ def reconcile_cluster(cluster, namespaces: list[TeamNamespace], busy: set, count
                 counts["checked"] += 1
                 cq = queues.get(kueue.queue_name(team))
                 _record(tq, cq, workloads)
-                if any(ns.pk in busy for ns in team_nss):
+                in_flight = any(ns.pk in busy for ns in team_nss)
+                reason = _team_drift(tq, cq, local, fresh, team_nss)
+                # With an apply in flight only a deleted object is recreated at once:
+                # without its queues a namespace's pods run unlimited (or not at all).
+                if reason and in_flight and (reason[0] not in RECREATIONS
+                                             or _recreation_waits(team_nss)):  # fmt: skip
                     continue
-                reason = _team_drift(tq, cq, local, fresh)
                 if reason:
                     _revert(team_nss[0], *reason, counts)
                     reverted = True
@@ -131,13 +136,39 @@ def reconcile_cluster(cluster, namespaces: list[TeamNamespace], busy: set, count
         counts["errors"] += 1
 
 
-def _revert(ns: TeamNamespace, kind: str, before, after, note: str, counts: dict) -> None:
-    from .apply import enqueue_apply
+RECREATIONS = ("kueue.created", "kueue.recreated")
+COUNTED = {"kueue.created": "created", "kueue.recreated": "recreated",
+           "kueue.catch_up": "caught_up"}  # fmt: skip
 
+
+def _recreation_waits(namespaces) -> bool:
+    from .apply import RECREATE
+    from .models import Operation
+
+    return Operation.objects.filter(
+        namespace__in=namespaces, reason=RECREATE, status=Operation.Status.PENDING, attempts=0
+    ).exists()
+
+
+def _revert(ns: TeamNamespace, kind: str, before, after, note: str, counts: dict) -> None:
+    from .apply import RECREATE, enqueue_apply
+
+    reason = {"kueue.catch_up": "catch-up"}.get(kind, RECREATE if kind in RECREATIONS else "drift")
     with transaction.atomic():
         audit.record(None, kind, ns, team=ns.team, before=before, after=after, note=note)
-        enqueue_apply(ns, reason="drift")
-    counts[{"kueue.created": "created", "kueue.recreated": "recreated"}.get(kind, "reverted")] += 1
+        enqueue_apply(ns, reason=reason)
+    counts[COUNTED.get(kind, "reverted")] = counts.get(COUNTED.get(kind, "reverted"), 0) + 1
+
+
+def _nominal_of(cq: dict) -> dict:
+    """The ClusterQueue's GPU nominal quotas as an operation's applied_hard spells them."""
+    out = {}
+    for group in (cq.get("spec") or {}).get("resourceGroups") or []:
+        for flavor in group.get("flavors") or []:
+            for r in flavor.get("resources") or []:
+                if is_gpu_resource(r.get("name", "")):
+                    out[f"{flavor.get('name')}/{r['name']}"] = kueue._qty_int(r.get("nominalQuota"))
+    return out
 
 
 def _managed() -> str:
@@ -156,7 +187,7 @@ def _flavor_drift(cluster, flavors: dict) -> dict:
     return out
 
 
-def _team_drift(tq: TeamQueue, cq: dict | None, local: dict, fresh: bool):
+def _team_drift(tq: TeamQueue, cq: dict | None, local: dict, fresh: bool, namespaces=()):
     """(audit kind, before, after, note) when the team's objects differ, else None.
     ``fresh``: the portal never applied them (a namespace new to a Kueue cluster, or a
     cluster that just switched): pods in a namespace without a LocalQueue run unlimited,
@@ -172,6 +203,18 @@ def _team_drift(tq: TeamQueue, cq: dict | None, local: dict, fresh: bool):
     if wrong:
         before = {k: v[0] for k, v in wrong.items()}
         after = {k: v[1] for k, v in wrong.items()}
+        from .tasks import last_applied, last_failure
+
+        applied = last_applied(namespaces) if namespaces else None
+        if (
+            set(wrong) == {"resourceGroups"}
+            and applied is not None
+            and _nominal_of(cq) == {k: int(v) for k, v in applied.items()}
+        ):
+            # The queue holds what the portal last applied: its own change is missing.
+            return ("kueue.catch_up", _nominal_of(cq), want.nominal,
+                    f"ClusterQueue {name}: the portal's own change had not reached the "
+                    f"cluster{last_failure(namespaces)}; applying it")  # fmt: skip
         return ("kueue.drift_reverted", before, after,
                 f"ClusterQueue {name} edited outside the portal")  # fmt: skip
     for body in want.local_queues:

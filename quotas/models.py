@@ -218,13 +218,18 @@ class Grant(models.Model):
     starts_at = models.DateTimeField()
     ends_at = models.DateTimeField(null=True, blank=True, help_text="empty: permanent")
     kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.REQUEST)
-    # Set when the grant stops counting early (released) or at its end (expired).
+    # Set when the grant stops counting early (released, replaced, apply_failed: its
+    # request's apply failed for good) or at its end (expired).
     ended_at = models.DateTimeField(null=True, blank=True)
     end_reason = models.CharField(max_length=20, blank=True)
     reminder_sent_at = models.DateTimeField(null=True, blank=True)
     # True once an apply was queued with this grant counting (at approval when it starts
     # at once; by beat when its start arrives).
     start_applied = models.BooleanField(default=False)
+    # When an apply that counted this grant first succeeded (null: not enforced yet). A
+    # request whose apply fails for good withdraws its grant unless another apply of the
+    # namespace enforced it meanwhile (end_reason "apply_failed", docs/quotas.md).
+    applied_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     objects = GrantQuerySet.as_manager()

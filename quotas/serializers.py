@@ -38,7 +38,30 @@ User = get_user_model()
 
 
 def username() -> serializers.SlugRelatedField:
-    return serializers.SlugRelatedField(slug_field="username", read_only=True)
+    # null when no user is set (a system action, an undecided request): schema says so
+    return serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+
+
+class VisibleTeamField(serializers.SlugRelatedField):
+    """A team slug in a request body, looked up among the caller's teams (admins: all).
+
+    Another team's slug and a made-up one get the same field error, so a body cannot
+    tell a non-member which teams exist (issue #11, section 3)."""
+
+    default_error_messages = {
+        "does_not_exist": "No team {value!r} among your teams.",
+        "invalid": "Give a team slug.",
+    }
+
+    def __init__(self, **kwargs) -> None:
+        kwargs.setdefault("slug_field", "slug")
+        kwargs.setdefault("queryset", Team.objects.all())
+        super().__init__(**kwargs)
+
+    def get_queryset(self):
+        request = self.context.get("request")
+        qs = super().get_queryset()
+        return visible_to(qs, request.user, "pk") if request is not None else qs.none()
 
 
 class EnumField(serializers.ChoiceField):
@@ -130,7 +153,10 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
     requested_by = username()
     decided_by = username()
     gpu_class = serializers.SlugRelatedField(
-        slug_field="slug", read_only=True, help_text="GPU class slug; null: any class"
+        slug_field="slug",
+        read_only=True,
+        allow_null=True,
+        help_text="GPU class slug; null: any class",
     )
 
     class Meta:
@@ -157,7 +183,10 @@ class GrantSerializer(serializers.ModelSerializer):
     namespace = NamespaceSerializer(read_only=True)
     kind = enum(Grant.Kind, read_only=True)
     gpu_class = serializers.SlugRelatedField(
-        slug_field="slug", read_only=True, help_text="GPU class slug; null: any class"
+        slug_field="slug",
+        read_only=True,
+        allow_null=True,
+        help_text="GPU class slug; null: any class",
     )
     state = serializers.SerializerMethodField(
         help_text="active, upcoming, expired or released (now)"
@@ -214,7 +243,9 @@ class OperationSerializer(serializers.ModelSerializer):
 
 class AuditEventSerializer(serializers.ModelSerializer):
     actor = serializers.CharField(source="actor_name", read_only=True)
-    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    team = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True, allow_null=True, help_text="null: no team's event"
+    )
     before = serializers.JSONField(read_only=True, allow_null=True)
     after = serializers.JSONField(read_only=True, allow_null=True)
 
@@ -237,7 +268,7 @@ class QuotaRequestCreateSerializer(serializers.Serializer):
     when they are left out.
     """
 
-    team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all())
+    team = VisibleTeamField()
     namespace = serializers.CharField(
         required=False, max_length=63, help_text="the team namespace's id or its name"
     )

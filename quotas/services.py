@@ -149,9 +149,25 @@ def validate(user, data: RequestData, now: datetime | None = None) -> RequestDat
             if data.amount > total:
                 errors["amount"] = f"More than the {total} {data.resource} allocatable on {where}."
     data.justification = clean_justification(data.justification, errors)
+    if data.kind != QuotaRequest.Kind.RELEASE and not user.is_staff:
+        check_pending_cap(data.team, errors)
     if errors:
         raise ValidationError(errors)
     return data
+
+
+def check_pending_cap(team: Team, errors: dict[str, str]) -> None:
+    """Members may keep at most ``QUOTA_MAX_PENDING_PER_TEAM`` requests of a team pending
+    (all members together), so nobody can bloat the admins' queue. Releases (granted at
+    once) and admins filing on a team's behalf are not capped. ``submit`` locks the team
+    row first, so two submissions cannot both take the last place."""
+    cap = settings.QUOTA_MAX_PENDING_PER_TEAM
+    pending = QuotaRequest.objects.filter(team=team, status=Status.PENDING).count()
+    if pending >= cap:
+        errors["team"] = (
+            f"Team {team.slug} already has {pending} pending request(s), the most allowed "
+            f"({cap}); wait for a decision or cancel one first."
+        )
 
 
 def _validate_change(data: RequestData, errors: dict[str, str], now: datetime) -> None:
@@ -207,6 +223,7 @@ def _move(req: QuotaRequest, to: str, actor, note: str = "") -> None:
 def submit(user, data: RequestData) -> QuotaRequest:
     """Validate and store a request; releases are granted at once (giving back needs no
     approval)."""
+    Team.objects.select_for_update().filter(pk=data.team.pk).first()  # the pending cap
     data = validate(user, data)
     on_behalf = user.is_staff and not is_member(user, data.team)
     req = QuotaRequest.objects.create(

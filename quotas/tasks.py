@@ -17,6 +17,7 @@ from inventory.models import Cluster
 from . import audit, notify, preview
 from .adoption import record_foreign
 from .apply import (
+    RECREATE,
     confirm_operation,
     desired_hard,
     enqueue_apply,
@@ -106,9 +107,13 @@ def reconcile_quotas() -> dict[str, int]:
     One list of the namespace's quotas serves both. Managed means the portal applied it
     before. Only the ``requests.nvidia.com/*`` keys the portal owns are compared; other
     managers' keys are theirs. A namespace with an apply in flight (or waiting for an
-    admin's confirmation) is skipped: the apply will settle it.
+    admin's confirmation) is left to it, except that a deleted managed quota is recreated
+    at once (no limit at all is never right, and the database's state is always safe to
+    write). A quota that still holds what the portal last applied is not "edited
+    outside the portal": the portal's own change is what is missing, and is applied.
     """
-    counts = {"checked": 0, "reverted": 0, "recreated": 0, "created": 0, "errors": 0}
+    counts = {"checked": 0, "reverted": 0, "recreated": 0, "created": 0, "caught_up": 0,
+              "errors": 0}  # fmt: skip
     managed = set(
         TeamNamespace.objects.filter(operations__status=Operation.Status.SUCCEEDED)
         .values_list("pk", flat=True)
@@ -117,7 +122,7 @@ def reconcile_quotas() -> dict[str, int]:
     busy = set(Operation.objects.filter(status__in=BUSY).values_list("namespace_id", flat=True))
     by_cluster: dict = defaultdict(list)
     for ns in TeamNamespace.objects.select_related("cluster", "team"):
-        if ns.pk not in busy:
+        if ns.pk not in busy or (ns.pk in managed and not ns.cluster.enforces_classes):
             by_cluster[ns.cluster].append(ns)
     kueue_teams: dict = defaultdict(list)
     for ns in TeamNamespace.objects.select_related("cluster", "team").filter(
@@ -142,26 +147,73 @@ def reconcile_quotas() -> dict[str, int]:
                     counts["errors"] += 1
                     continue
                 counts["checked"] += 1
+                own = [q for q in quotas if q["metadata"]["name"] == settings.QUOTA_NAME]
+                if ns.pk in busy:
+                    if not own and not cluster.enforces_classes:
+                        _recreate(ns, counts)
+                    continue
                 record_foreign(ns, quotas)  # records the portal quota's status too
                 if ns.pk in managed and not cluster.enforces_classes:
-                    own = [q for q in quotas if q["metadata"]["name"] == settings.QUOTA_NAME]
                     _reconcile_one(ns, own[0] if own else None, counts)
     return counts
 
 
-def _reconcile_one(ns: TeamNamespace, quota: dict | None, counts: dict[str, int]) -> None:
+def _recreate(ns: TeamNamespace, counts: dict[str, int]) -> None:
+    """Queue the recreation of a deleted managed quota (once: not while one waits)."""
+    waiting = Operation.objects.filter(
+        namespace=ns, reason=RECREATE, status=Operation.Status.PENDING, attempts=0
+    ).exists()
+    if waiting:
+        return
     want = {k: str(v) for k, v in desired_hard(ns).items()}
     with transaction.atomic():
-        if quota is None:
-            audit.record(None, "quota.recreated", ns, team=ns.team, after=want,
-                         note=f"ResourceQuota {settings.QUOTA_NAME} was deleted")  # fmt: skip
-            enqueue_apply(ns, reason="drift")
-            counts["recreated"] += 1
+        audit.record(None, "quota.recreated", ns, team=ns.team, after=want,
+                     note=f"ResourceQuota {settings.QUOTA_NAME} was deleted")  # fmt: skip
+        enqueue_apply(ns, reason=RECREATE)
+    counts["recreated"] += 1
+
+
+def last_applied(namespaces) -> dict:
+    """What the portal's last succeeded apply of these namespaces wrote ({} if none)."""
+    op = (
+        Operation.objects.filter(namespace__in=namespaces, status=Operation.Status.SUCCEEDED)
+        .order_by("-finished_at")
+        .only("applied_hard", "last_error")
+        .first()
+    )
+    return op.applied_hard if op is not None else {}
+
+
+def last_failure(namespaces) -> str:
+    op = (
+        Operation.objects.filter(namespace__in=namespaces, status=Operation.Status.FAILED)
+        .order_by("-finished_at")
+        .first()
+    )
+    return f"; operation {op.pk} failed: {op.last_error}" if op is not None else ""
+
+
+def _reconcile_one(ns: TeamNamespace, quota: dict | None, counts: dict[str, int]) -> None:
+    if quota is None:
+        _recreate(ns, counts)
+        return
+    want = {k: str(v) for k, v in desired_hard(ns).items()}
+    have = ((quota.get("spec") or {}).get("hard")) or {}
+    ours = {k: have.get(k) for k in want}
+    if ours == want:
+        return
+    applied = last_applied([ns])
+    with transaction.atomic():
+        if ours == {k: None if applied.get(k) is None else str(applied[k]) for k in want}:
+            # The cluster holds what the portal last applied: the change not yet there is
+            # the portal's own (an apply that failed, or one not run yet), not an edit.
+            audit.record(None, "quota.catch_up", ns, team=ns.team, before=ours, after=want,
+                         note="the portal's own change had not reached the cluster"
+                              f"{last_failure([ns])}; applying it")  # fmt: skip
+            enqueue_apply(ns, reason="catch-up")
+            counts["caught_up"] += 1
             return
-        have = ((quota.get("spec") or {}).get("hard")) or {}
-        ours = {k: have.get(k) for k in want}
-        if ours != want:
-            audit.record(None, "quota.drift_reverted", ns, team=ns.team, before=ours, after=want,
-                         note="edited outside the portal")  # fmt: skip
-            enqueue_apply(ns, reason="drift")
-            counts["reverted"] += 1
+        audit.record(None, "quota.drift_reverted", ns, team=ns.team, before=ours, after=want,
+                     note="edited outside the portal")  # fmt: skip
+        enqueue_apply(ns, reason="drift")
+        counts["reverted"] += 1

@@ -34,6 +34,7 @@ from inventory.models import Cluster, Node
 from . import tokens
 from .ingest import MAX_BODY_BYTES, ReportInvalid, parse_body, store_report, validate_report
 from .models import GpuState, NodeToken
+from .visibility import PodNames
 
 # -- ingest ----------------------------------------------------------------------------------
 
@@ -231,6 +232,7 @@ class GpuStateSerializer(serializers.ModelSerializer):
     cluster = serializers.CharField(source="node.cluster.slug", read_only=True)
     stale = serializers.BooleanField(source="is_stale", read_only=True)
     mig_mode = serializers.SerializerMethodField()
+    processes = serializers.SerializerMethodField()
 
     class Meta:
         model = GpuState
@@ -250,6 +252,25 @@ class GpuStateSerializer(serializers.ModelSerializer):
         if gpu.mig_current is None:
             return None
         return {"current": gpu.mig_current, "pending": gpu.mig_pending}
+
+    @extend_schema_field(
+        {"type": "array", "items": {"type": "object", "additionalProperties": True, "properties": {
+            "pod": {"type": "string", "nullable": True,
+                    "description": "namespace/name; null unless the caller may see it"}}}}
+    )  # fmt: skip
+    def get_processes(self, gpu: GpuState) -> list[dict]:
+        """Pod names only where ``telemetry.visibility`` allows (admins, own teams)."""
+        names = self.context.get("pod_names")
+        if names is None:
+            request = self.context.get("request")
+            names = self.context["pod_names"] = PodNames(request.user if request else None)
+        out = []
+        for p in gpu.processes or []:
+            row = dict(p)
+            if "pod" in row:
+                row["pod"] = names.qualified(gpu.node.cluster_id, row.get("pod"))
+            out.append(row)
+        return out
 
 
 @extend_schema(tags=["telemetry"])

@@ -19,6 +19,7 @@ from inventory.models import Node, NodeResource
 
 from .insight import idle_allocations, idle_threshold_pct, idle_window
 from .models import GpuState, NodeTelemetry
+from .visibility import PodNames
 
 # GPU memory in use with no process above this (MiB) smells of a leaked context.
 ORPHAN_MEMORY_MIB = 1024
@@ -182,11 +183,13 @@ def _node_signals(
     return out
 
 
-def _idle_signals(allocations, show_pods: bool) -> list[Signal]:
+def _idle_signals(allocations, pod_names: PodNames | None) -> list[Signal]:
+    """``pod_names`` None: an admin list (every name shown)."""
     hours = idle_window().total_seconds() / 3600
     out = []
     for a in allocations:
-        who = f"{a.namespace}/{a.pod}" if show_pods else a.namespace
+        shown = pod_names is None or pod_names.visible(a.node.cluster_id, a.namespace)
+        who = f"{a.namespace}/{a.pod}" if shown else a.namespace
         out.append(
             Signal(
                 a.node,
@@ -225,11 +228,11 @@ def fleet_signals(now: datetime | None = None) -> list[Signal]:
     idle = [a for a in idle_allocations(now=now) if a.node.pk in by_id]
     for a in idle:
         a.node = by_id[a.node.pk]
-    out.extend(_idle_signals(idle, show_pods=True))
+    out.extend(_idle_signals(idle, pod_names=None))
     return out
 
 
-def node_signals(node: Node, gpus: list[GpuState], tele, show_pods: bool) -> list[Badge]:
+def node_signals(node: Node, gpus: list[GpuState], tele, pod_names: PodNames) -> list[Badge]:
     """Badges for one node's page (``node.resources`` prefetched or queried once)."""
     now = timezone.now()
     rows = (
@@ -239,7 +242,7 @@ def node_signals(node: Node, gpus: list[GpuState], tele, show_pods: bool) -> lis
     )
     usual = usual_agent_drivers(rows)
     signals = _node_signals(node, tele, gpus, [], usual, now)
-    signals += _idle_signals(idle_allocations(node_ids=[node.pk], now=now), show_pods)
+    signals += _idle_signals(idle_allocations(node_ids=[node.pk], now=now), pod_names)
     return [s.badge for s in signals]
 
 

@@ -35,6 +35,8 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from portal.validation import text_problem
+
 MAX_BODY_BYTES = 256 * 1024
 MAX_GPUS = 64
 MAX_MIG_DEVICES = 64
@@ -90,9 +92,15 @@ def _no_constant(name: str):
 
 
 def parse_body(body: bytes) -> Any:
-    """``json.loads`` that refuses NaN / Infinity (they are not JSON)."""
+    """``json.loads`` that refuses NaN / Infinity (they are not JSON) and deep nesting.
+
+    Strings are checked for NUL and lone surrogates where they are read (``_string``):
+    walking the whole tree here would cost more than the rest of the validation.
+    """
     try:
         return json.loads(body, parse_constant=_no_constant)
+    except RecursionError as err:
+        raise ReportInvalid({"body": "JSON nested too deeply."}) from err
     except (ValueError, UnicodeDecodeError) as err:
         raise ReportInvalid({"body": f"Not valid JSON: {err}"}) from err
 
@@ -115,6 +123,10 @@ def _string(errors: _Errors, path: str, v: Any, max_len: int, *, nullable: bool)
         return None
     if len(v) > max_len:
         errors.add(path, f"At most {max_len} characters.")
+        return None
+    problem = text_problem(v)  # PostgreSQL stores neither NUL nor lone surrogates
+    if problem:
+        errors.add(path, problem)
         return None
     return v
 
@@ -203,8 +215,13 @@ def _gpu(errors: _Errors, p: str, g: Any) -> dict | None:
     if unsupported is not None:
         if type(unsupported) is not list or len(unsupported) > MAX_UNSUPPORTED:
             errors.add(f"{p}.unsupported", f"Must be a list of at most {MAX_UNSUPPORTED} names.")
-        elif not all(type(u) is str and 0 < len(u) <= 64 for u in unsupported):
-            errors.add(f"{p}.unsupported", "Must hold field names (strings up to 64 characters).")
+        elif not all(
+            type(u) is str and 0 < len(u) <= 64 and text_problem(u) is None for u in unsupported
+        ):
+            errors.add(
+                f"{p}.unsupported",
+                "Must hold field names (strings up to 64 characters, no NUL or surrogates).",
+            )
         else:
             out["unsupported"] = unsupported
     return out
@@ -266,7 +283,7 @@ def _topology(errors: _Errors, v: Any) -> list | None:
             errors.add(f"topology[{i}]", f"Must be a list of {n} links (a square matrix).")
             return None
         for j, link in enumerate(row):
-            if link is not None and (type(link) is not str or not TOPOLOGY_LINK.match(link)):
+            if link is not None and (type(link) is not str or not TOPOLOGY_LINK.fullmatch(link)):
                 message = "Must be null or one of X, NV<n>, PIX, PXB, PHB, NODE, SYS."
                 errors.add(f"topology[{i}][{j}]", message)
                 return None

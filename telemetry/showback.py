@@ -37,6 +37,7 @@ from .insight import Attribution, NsKey, attribute
 from .models import GpuHistory1h, GpuHistory5m
 
 MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
+MIN_YEAR, MAX_YEAR = 2000, 2999
 HOUR = timedelta(hours=1)
 FIVE_MIN_H = 5 / 60
 
@@ -55,6 +56,8 @@ def parse_month(value: str | None, now: datetime | None = None) -> tuple[str, da
     if not m:
         raise BadMonth("Use a month as YYYY-MM, e.g. 2026-11.")
     year, month = int(m.group(1)), int(m.group(2))
+    if not MIN_YEAR <= year <= MAX_YEAR:  # 9999-12 would end in year 10000: no datetime
+        raise BadMonth(f"Use a month between {MIN_YEAR}-01 and {MAX_YEAR}-12.")
     start = datetime(year, month, 1, tzinfo=UTC)
     end = datetime(year + month // 12, month % 12 + 1, 1, tzinfo=UTC)
     return value, start, end

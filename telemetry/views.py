@@ -25,6 +25,7 @@ from quotas.scoping import visible_to
 from . import classes, health, insight, showback
 from .models import GpuHistory5m, GpuState, NodeTelemetry
 from .sparkline import sparkline
+from .visibility import PodNames
 
 SPARK_STEP = timedelta(minutes=5)
 SPARK_SLOTS = 288  # 24 h
@@ -71,9 +72,9 @@ def _hours(now: datetime, count: int = 24) -> list[datetime]:
 # -- node page section ------------------------------------------------------------------
 
 
-def node_gpu_context(node: Node, show_pods: bool) -> dict:
+def node_gpu_context(node: Node, pod_names: PodNames) -> dict:
     """Everything ``telemetry/_node_gpus.html`` shows for one node; a fixed number of
-    queries whatever its GPU count."""
+    queries whatever its GPU count. Pod names as ``pod_names`` allows."""
     now = timezone.now()
     # One query when the node has no agent: the node's telemetry row rides along.
     gpus = list(
@@ -81,7 +82,7 @@ def node_gpu_context(node: Node, show_pods: bool) -> dict:
     )
     tele = _telemetry_of(gpus[0].node) if gpus else None
     if not gpus:
-        return {"tele": None, "cards": [], "signals": [], "show_pods": show_pods}
+        return {"tele": None, "cards": [], "signals": [], "pods_hidden": False}
     start = (now - timedelta(hours=24)).replace(second=0, microsecond=0)
     start = start - timedelta(minutes=start.minute % 5) + SPARK_STEP
     util: dict = defaultdict(dict)
@@ -99,17 +100,19 @@ def node_gpu_context(node: Node, show_pods: bool) -> dict:
         if tmax is not None:
             temp[gpu_id][bucket] = tmax
     cards = []
+    pods_hidden = False
     for g in gpus:
         processes = [
             {
                 "pid": p.get("pid"),
                 "memory": p.get("used_memory_mib"),
-                "pod": p.get("pod") if show_pods else None,
+                "pod": pod_names.qualified(node.cluster_id, p.get("pod")),
                 "namespace": (p.get("pod") or "").partition("/")[0] or None,
                 "mig_uuid": p.get("mig_uuid"),
             }
             for p in g.processes or []
         ]
+        pods_hidden = pods_hidden or any(p["namespace"] and not p["pod"] for p in processes)
         cards.append(
             {
                 "gpu": g,
@@ -132,8 +135,8 @@ def node_gpu_context(node: Node, show_pods: bool) -> dict:
         "cards": cards,
         "topology": topology,
         "legend": TOPOLOGY_LEGEND,
-        "signals": health.node_signals(node, gpus, tele, show_pods),
-        "show_pods": show_pods,
+        "signals": health.node_signals(node, gpus, tele, pod_names),
+        "pods_hidden": pods_hidden,
         "now": now,
     }
 

@@ -99,7 +99,15 @@ def _cell(value) -> str:
 
 @login_required
 def audit_export(request: HttpRequest) -> HttpResponse:
-    _, qs = _audit_filtered(request)
+    form, qs = _audit_filtered(request)
+    if form.is_bound and not form.is_valid():
+        # Never a CSV of only its header row: the filter was refused, say why.
+        reasons = "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())
+        return HttpResponse(
+            f"Invalid filter, nothing exported: {reasons}",
+            status=400,
+            content_type="text/plain; charset=utf-8",
+        )
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     stamp = timezone.now().strftime("%Y%m%d-%H%M")
     response["Content-Disposition"] = f'attachment; filename="audit-{stamp}.csv"'

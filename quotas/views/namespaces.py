@@ -14,6 +14,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from inventory.kube import KubeError
+from portal.validation import loads_json
 
 from .. import adoption, apply, preview, services
 from ..forms import DecisionForm, OnboardForm
@@ -135,7 +136,7 @@ def lowering_confirm(request: HttpRequest, pk) -> HttpResponse:
     form = DecisionForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
-            expected = json.loads(form.cleaned_data["expected"] or "null")
+            expected = loads_json(form.cleaned_data["expected"] or "null")
             if expected is not None and not isinstance(expected, dict):
                 raise ValueError
         except ValueError:

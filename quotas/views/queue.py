@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
@@ -24,21 +25,28 @@ from .common import (
 
 # -- admin queue -----------------------------------------------------------------------
 
+# Requests per page of the queue: each row costs its figures, so a long queue (members'
+# pending requests are capped per team, QUOTA_MAX_PENDING_PER_TEAM) never makes a slow page.
+QUEUE_PER_PAGE = 20
+
 
 @login_required
 def queue(request: HttpRequest) -> HttpResponse:
     """Pending requests, oldest first, each with its namespace's grants and usage and the
         capacity of its window, the effective limit (quotas/limits.py) and what approving would
-    change. A fixed number of queries whatever the queue's length."""
+    change. Paginated (oldest first); a fixed number of queries whatever the queue's
+    length."""
     _staff_only(request.user)
     now = timezone.now()
-    pending = list(
+    qs = (
         QuotaRequest.objects.filter(status=QuotaRequest.Status.PENDING)
         .select_related(
             "team", "namespace__cluster", "requested_by", "target_grant", "gpu_class__cluster"
         )
-        .order_by("created_at")
+        .order_by("created_at", "id")
     )
+    page = Paginator(qs, QUEUE_PER_PAGE).get_page(request.GET.get("page"))
+    pending = list(page.object_list)
     annotate_renewals(pending)  # the team's measured use of each grant up for renewal
     namespaces = list({r.namespace_id: r.namespace for r in pending}.values())
     cluster_ids = {ns.cluster_id for ns in namespaces}
@@ -84,7 +92,11 @@ def queue(request: HttpRequest) -> HttpResponse:
                 "pending_class": _for_class(waiting.get((req.namespace_id, req.resource)), req),
             }
         )
-    return render(request, "quotas/queue.html", {"rows": rows, "next": request.path, "held": held})
+    return render(
+        request,
+        "quotas/queue.html",
+        {"rows": rows, "page": page, "next": request.get_full_path(), "held": held},
+    )
 
 
 def _for_class(d, req) -> int:

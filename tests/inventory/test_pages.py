@@ -339,8 +339,9 @@ def test_node_detail_unknown_is_404(as_researcher):
 
 
 def test_node_detail_query_count(as_researcher, sick_node, django_assert_max_num_queries):
-    # session, user, node, resources, pods, usual drivers, portal labels, GPU telemetry
-    with django_assert_max_num_queries(8):
+    # session, user, node, resources, pods, usual drivers, portal labels, GPU telemetry,
+    # the member's own namespaces (pod names, telemetry/visibility.py)
+    with django_assert_max_num_queries(9):
         as_researcher.get(reverse("inventory:node", args=[sick_node.pk]))
 
 

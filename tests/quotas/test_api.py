@@ -135,8 +135,9 @@ NOW = timezone.now  # evaluated per test through the lambdas below
         ({"justification": None}, "justification", "at least 10 characters"),
         ({"justification": "   why    "}, "justification", "at least 10 characters"),
         ({"justification": "x" * 2001}, "justification", "At most 2000 characters."),
-        ({"team": "nlp", "namespace": "nlp-main"}, "team", "You are not a member of this team."),
-        ({"team": "nope"}, "team", "does not exist"),
+        # another team's slug and a made-up one look alike (issue #11 section 3)
+        ({"team": "nlp", "namespace": "nlp-main"}, "team", "No team 'nlp' among your teams."),
+        ({"team": "nope"}, "team", "No team 'nope' among your teams."),
         ({"kind": "grow"}, "kind", "not a valid choice"),
         ({"resource": None}, "resource", "This field is required."),
     ],
@@ -331,6 +332,9 @@ def _object_endpoints(objs: dict) -> list[tuple[str, str, dict | None]]:
 def test_another_teams_member_gets_404_on_every_object(world, olga, rob, vision_objects):
     for method, url, payload in _object_endpoints(vision_objects):
         r = getattr(olga, method)(url, payload, format="json")
+        if url.endswith(("/approve/", "/reject/")):  # admins only: 403 before any lookup
+            assert r.status_code == 403, (url, r.status_code)
+            continue
         assert r.status_code == 404, (url, r.status_code)
         assert r.json() == {"detail": "Not found."}
         if method == "get":
@@ -535,7 +539,7 @@ def test_admin_sets_replaces_and_removes_a_baseline(world, admin, rob, olga):
     assert r.status_code == 400 and "resource" in r.json()
     assert rob.post(url, {"namespace": "vision-train", "resource": GPU, "amount": 1},
                     format="json").status_code == 403  # fmt: skip
-    assert olga.post(url, {}, format="json").status_code == 404
+    assert olga.post(url, {}, format="json").status_code == 403  # admins only, checked first
     r = admin.post(url, {"namespace": "vision-train", "resource": GPU, "amount": 0}, format="json")
     assert r.status_code == 204
     assert rob.get("/api/v1/grants/", {"state": "active"}).json()["count"] == 0

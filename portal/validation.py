@@ -1,0 +1,104 @@
+"""Input that no layer below may see: the shared checks behind every parser and field.
+
+PostgreSQL refuses some values that Python accepts, and a refusal there is a 500:
+
+- ``NUL`` (U+0000) in ``text`` and in ``jsonb`` strings;
+- lone UTF-16 surrogates (U+D800-U+DFFF: JSON can spell them, ``"\\ud800"``, UTF-8 cannot
+  carry them) in ``text`` and ``jsonb``;
+- time-zone offsets beyond +-15:59 in ``timestamptz`` (Python allows up to +-23:59).
+
+And Python itself gives up on JSON nested about 1,000 deep (``RecursionError``).
+
+So every JSON body is parsed by :func:`loads_json`, which refuses nesting deeper than
+``API_JSON_MAX_DEPTH`` and any string or key holding NUL or a lone surrogate, and every
+date-time parameter goes through :func:`check_offset`. Each raises :class:`InputRefused`
+with a message a client can show; the parsers and fields turn it into their own 400.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+
+# JSON the portal reads is at most a few levels deep (an agent report: 5). Deeper is an attack.
+DEFAULT_MAX_DEPTH = 32
+MAX_OFFSET = timedelta(hours=15, minutes=59)
+_BAD_CHARS = re.compile("[\x00\ud800-\udfff]")
+
+
+class InputRefused(ValueError):
+    """A value no layer below can store or process; ``str()`` is the client's message."""
+
+
+def max_depth() -> int:
+    return getattr(settings, "API_JSON_MAX_DEPTH", DEFAULT_MAX_DEPTH)
+
+
+def text_problem(value: str) -> str | None:
+    """Why ``value`` cannot be stored as text, or None. Fast for the common ASCII case."""
+    if value.isascii():
+        return "NUL characters are not allowed." if "\x00" in value else None
+    match = _BAD_CHARS.search(value)
+    if match is None:
+        return None
+    if match.group() == "\x00":
+        return "NUL characters are not allowed."
+    return "Lone UTF-16 surrogates (\\ud800-\\udfff) are not allowed."
+
+
+def check_text(value: str) -> str:
+    problem = text_problem(value)
+    if problem:
+        raise InputRefused(problem)
+    return value
+
+
+def check_tree(data: Any, depth_limit: int | None = None) -> Any:
+    """Walk parsed JSON without recursion: refuse deep nesting and unstorable strings."""
+    limit = max_depth() if depth_limit is None else depth_limit
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, str):
+            check_text(node)
+        elif isinstance(node, dict | list):
+            if depth > limit:
+                raise InputRefused(f"JSON nested too deeply (at most {limit} levels).")
+            if isinstance(node, dict):
+                for key, value in node.items():
+                    check_text(key)
+                    stack.append((value, depth + 1))
+            else:
+                stack.extend((value, depth + 1) for value in node)
+    return data
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def loads_json(text: str | bytes, depth_limit: int | None = None) -> Any:
+    """``json.loads`` for untrusted input: no NaN/Infinity, bounded depth, storable text.
+
+    Raises :class:`InputRefused` (a ``ValueError``) for every kind of bad input.
+    """
+    limit = max_depth() if depth_limit is None else depth_limit
+    try:
+        data = json.loads(text, parse_constant=_no_constant)
+    except RecursionError as err:
+        raise InputRefused(f"JSON nested too deeply (at most {limit} levels).") from err
+    except (ValueError, UnicodeDecodeError) as err:
+        raise InputRefused(f"Not valid JSON: {err}") from err
+    return check_tree(data, limit)
+
+
+def check_offset(value: datetime) -> datetime:
+    """Refuse an aware date-time whose offset PostgreSQL cannot store (beyond +-15:59)."""
+    offset = value.utcoffset()
+    if offset is not None and abs(offset) > MAX_OFFSET:
+        raise InputRefused("The time-zone offset must be between -15:59 and +15:59.")
+    return value
