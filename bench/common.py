@@ -77,3 +77,24 @@ def sim_argv(fleet: Path, kubeconfig: Path, portal_kubeconfig: Path) -> list[str
         argv += ["--apply", str(ROOT / manifest)]
     argv += ["--serviceaccount-kubeconfig", f"{PORTAL_SERVICE_ACCOUNT}={portal_kubeconfig}"]
     return [*argv, "--kubeconfig", str(kubeconfig)]
+
+
+def server_cpu_seconds() -> dict[str, float]:
+    """CPU time so far of gunicorn workers and PostgreSQL processes (from /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    totals = {"gunicorn": 0.0, "postgres": 0.0}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmd = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        used = (int(fields[11]) + int(fields[12])) / tick
+        if b"gunicorn" in cmd:
+            totals["gunicorn"] += used
+        elif stat.split("(", 1)[1].startswith("postgres"):
+            totals["postgres"] += used
+    return totals

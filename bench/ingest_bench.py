@@ -38,7 +38,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.common import database_url, free_port, fresh_database, log, stop  # noqa: E402
+from bench.common import (  # noqa: E402
+    database_url,
+    free_port,
+    fresh_database,
+    log,
+    server_cpu_seconds,
+    stop,
+)
 
 BENCH_DB = "portal_bench_ingest"
 TABLES = ["telemetry_agentreport", "telemetry_nodetelemetry", "telemetry_gpustate",
@@ -239,27 +246,6 @@ def describe(name: str, r: dict) -> str:
             f"{dict(sorted(r['statuses'].items()))}")  # fmt: skip
 
 
-def cpu_seconds() -> dict[str, float]:
-    """CPU time so far of gunicorn workers and PostgreSQL processes (from /proc)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    totals = {"gunicorn": 0.0, "postgres": 0.0}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmd = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        used = (int(fields[11]) + int(fields[12])) / tick
-        if b"gunicorn" in cmd:
-            totals["gunicorn"] += used
-        elif stat.split("(", 1)[1].startswith("postgres"):
-            totals["postgres"] += used
-    return totals
-
-
 def table_counters(cur) -> dict[str, int]:
     cur.execute(
         "SELECT relname, n_tup_ins + n_tup_upd FROM pg_stat_user_tables WHERE relname = ANY(%s)",
@@ -325,9 +311,9 @@ def main() -> int:
 
         log(f"ingest: {args.agents} agents every {args.interval:g} s = {rate:.0f} reports/s "
             f"for {args.seconds:.0f} s")  # fmt: skip
-        cpu0, procs0 = resource.getrusage(resource.RUSAGE_SELF), cpu_seconds()
+        cpu0, procs0 = resource.getrusage(resource.RUSAGE_SELF), server_cpu_seconds()
         ingest = asyncio.run(drive(port, report_job, args.seconds, rate, args.connections))
-        cpu1, procs1 = resource.getrusage(resource.RUSAGE_SELF), cpu_seconds()
+        cpu1, procs1 = resource.getrusage(resource.RUSAGE_SELF), server_cpu_seconds()
         gen_cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
 
         def duplicate_job(k: int):

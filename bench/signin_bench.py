@@ -40,7 +40,14 @@ import urllib3
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import database_url, free_port, fresh_database, log, stop  # noqa: E402
+from bench.common import (  # noqa: E402
+    database_url,
+    free_port,
+    fresh_database,
+    log,
+    server_cpu_seconds,
+    stop,
+)
 
 BENCH_DB = "portal_bench_signin"
 TOKEN = "/api/v1/auth/token/"
@@ -49,21 +56,8 @@ VICTIM, VICTIM_PASSWORD, ATTACKER = "victim", "the-victims-password-1", "203.0.1
 
 
 def cpu_seconds() -> float:
-    """CPU time so far of the gunicorn and PostgreSQL processes (from /proc)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmd = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if b"gunicorn" in cmd or stat.split("(", 1)[1].startswith("postgres"):
-            total += (int(fields[11]) + int(fields[12])) / tick
-    return total
+    """CPU time so far of the gunicorn and PostgreSQL processes together."""
+    return sum(server_cpu_seconds().values())
 
 
 def wait_http(pool: urllib3.HTTPConnectionPool, timeout: float = 60) -> None:
