@@ -300,8 +300,11 @@ class ClusterViewSet(
     @extend_schema(responses=SyncRunSerializer(many=True))
     @action(detail=True, methods=["get"], url_path="sync-runs")
     def sync_runs(self, request, slug=None):
-        runs = SyncRun.objects.filter(cluster=self.get_object())[:50]
-        return Response(SyncRunSerializer(runs, many=True).data)
+        """The cluster's syncs, newest first, paginated like every list (the schema said
+        so; the answer was a bare list of the last 50)."""
+        runs = SyncRun.objects.filter(cluster=self.get_object()).order_by("-started_at", "-pk")
+        page = self.paginate_queryset(runs)
+        return self.get_paginated_response(SyncRunSerializer(page, many=True).data)
 
     @extend_schema(
         request=None,
