@@ -139,10 +139,23 @@ def child_env(services: Services, data: Path, portal_kubeconfig: Path) -> dict[s
     # The demo fleet's mig-manager sees a ConfigMap write after 3 s (gpuOperator
     # configMountDelay), not a kubelet's minute: the MIG coordinator waits that long.
     env.setdefault("MIG_CONFIG_MOUNT_SECONDS", "5")
+    env.update(demo_web_env(env))
     # /metrics names teams and namespaces: the demo needs a scrape token too (issue #11).
     if not env.get("METRICS_TOKEN") and not env.get("METRICS_TOKEN_FILE"):
         env["METRICS_TOKEN_FILE"] = str(metrics_token_file(data))
     return env
+
+
+def demo_web_env(env: dict[str, str]) -> dict[str, str]:
+    """The demo looks like a real installation (issue #12 section 3): ``DEBUG`` off, so a
+    missing page shows the portal's 404 (not Django's technical page listing every URL)
+    and an error its 500. WhiteNoise then serves the static files straight from the
+    finders (``static/`` and the apps'), so a fresh clone needs no ``collectstatic``.
+    ``DEBUG=True make demo`` still turns development mode on."""
+    return {
+        "DEBUG": env.get("DEBUG") or "False",
+        "WHITENOISE_USE_FINDERS": env.get("WHITENOISE_USE_FINDERS") or "True",
+    }
 
 
 def metrics_token_file(data: Path) -> Path:
@@ -273,6 +286,22 @@ def _run(
     return code
 
 
+def _backfill(sup: Supervisor, env: dict[str, str], data: Path, py: str) -> bool:
+    """A week of the fake agent fleet's history before anything draws it (issue #12
+    section 3): ``manage.py backfill_telemetry`` (idempotent: a restart fills only the
+    gap). ``DEMO_BACKFILL_DAYS`` (default 7; 0: none). False: the demo is stopping."""
+    days = os.environ.get("DEMO_BACKFILL_DAYS", "7")
+    if not (data / "agent-tokens.json").exists() or days in ("", "0"):
+        return True
+    argv = [py, "manage.py", "backfill_telemetry", "--days", days]
+    rc, _ = sup.run_once("backfill", argv, env=env, cwd=REPO_ROOT)
+    if sup.stopping:
+        return False
+    if rc != 0:  # charts start empty, nothing else is wrong: the demo goes on
+        sup.log(f"the telemetry backfill failed (exit code {rc}); charts start empty")
+    return True
+
+
 def _bring_up(
     sup: Supervisor,
     env: dict[str, str],
@@ -323,6 +352,8 @@ def _bring_up(
         if rc != 0:
             sup.request_stop(f"`manage.py {argv[2]}` failed with exit code {rc}", failed=True)
             return
+    if not _backfill(sup, env, data, py):
+        return
 
     sup.start(
         "web",

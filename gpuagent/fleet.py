@@ -14,7 +14,13 @@ Tokens file (the lead's ``seed_demo`` writes it)::
 ``mig`` takes a stock mig-parted config name (``config``: all-disabled, all-balanced,
 all-<profile>) or an explicit ``layout`` (per GPU: ``{"3g.40gb": 2}`` or ``null``).
 ``patterns`` is optional; without it, patterns come from the node name (see
-:func:`node_patterns`), with exactly one hot GPU in the fleet.
+:func:`node_patterns`), with exactly one hot GPU in the fleet. ``unhealthy`` (optional, a
+count) makes that many of the node's last GPUs lost (NVML GpuIsLost), as on a node whose
+device plugin marked devices unhealthy (allocatable < capacity).
+
+:func:`scenarios` is the one place a node's fake GPUs are defined: the live fleet and the
+history backfill (``gpuagent.fleet_history``) both use it, so the backfilled week and the
+live reports describe the same GPUs (same UUIDs, patterns and phases).
 """
 
 from __future__ import annotations
@@ -79,6 +85,44 @@ def mig_for(spec: dict[str, Any], prod_name: str, gpus: int) -> dict[int, list[s
         return {}
 
 
+def lost_indexes(cfg: dict[str, Any], gpus: int) -> list[int]:
+    """The GPUs a tokens-file entry's ``unhealthy`` count makes lost: the node's last ones."""
+    try:
+        n = max(0, min(int(cfg.get("unhealthy") or 0), gpus))
+    except (TypeError, ValueError):
+        n = 0
+    return list(range(gpus - n, gpus))
+
+
+def scenarios(spec: dict[str, dict[str, Any]], seed: int = 0) -> list[tuple[str, dict, dict]]:
+    """(node name, tokens-file entry, FakeNvml scenario) per node, in name order."""
+    out = []
+    hot_given = False
+    for name in sorted(spec):
+        cfg = spec[name]
+        prod = cfg.get("product", "NVIDIA-A100-SXM4-80GB")
+        gpus = int(cfg.get("gpus", 8))
+        patterns = list(cfg.get("patterns") or node_patterns(name, gpus, seed))
+        mig = mig_for(cfg.get("mig") or {}, prod, gpus)
+        lost = lost_indexes(cfg, gpus)
+        hot = min(3, gpus - 1)
+        if not hot_given and not mig and gpus > 0 and "patterns" not in cfg and hot not in lost:
+            patterns[hot] = "hot"
+            hot_given = True
+        scenario = {
+            "product": prod,
+            "gpus": gpus,
+            "seed": f"{seed}/{name}",
+            "patterns": patterns,
+            "mig": mig,
+            "driver_version": cfg.get("driver_version", "550.107.02"),
+        }
+        if lost:
+            scenario["failures"] = {"lost": lost}
+        out.append((name, cfg, scenario))
+    return out
+
+
 @dataclass
 class FleetNode:
     name: str
@@ -108,26 +152,9 @@ class Fleet:
     ) -> Fleet:
         url = reports_url(portal)
         nodes = []
-        hot_given = False
         start = time.time()
-        names = sorted(spec)
-        for k, name in enumerate(names):
-            cfg = spec[name]
-            prod = cfg.get("product", "NVIDIA-A100-SXM4-80GB")
-            gpus = int(cfg.get("gpus", 8))
-            patterns = list(cfg.get("patterns") or node_patterns(name, gpus, seed))
-            mig = mig_for(cfg.get("mig") or {}, prod, gpus)
-            if not hot_given and not mig and gpus > 0 and "patterns" not in cfg:
-                patterns[min(3, gpus - 1)] = "hot"
-                hot_given = True
-            scenario = {
-                "product": prod,
-                "gpus": gpus,
-                "seed": f"{seed}/{name}",
-                "patterns": patterns,
-                "mig": mig,
-                "driver_version": cfg.get("driver_version", "550.107.02"),
-            }
+        entries = scenarios(spec, seed)
+        for k, (name, cfg, scenario) in enumerate(entries):
             try:
                 nvml = FakeNvml(scenario)
             except ValueError as err:  # one odd node must not stop the whole fleet
@@ -136,7 +163,7 @@ class Fleet:
             token = str(cfg.get("token", ""))
             sender = Sender(url, lambda t=token: t, timeout_s=5)
             agent = Agent(nvml, name, sender, interval_s=interval_s)
-            nodes.append(FleetNode(name, agent, due=start + interval_s * k / max(1, len(names))))
+            nodes.append(FleetNode(name, agent, due=start + interval_s * k / max(1, len(entries))))
         return cls(nodes, workers=workers)
 
     @classmethod

@@ -21,7 +21,7 @@ from kombu.exceptions import OperationalError
 from .connect import connect, describe, rerun
 from .filters import NodeFilter
 from .forms import ClusterForm
-from .health import node_badges, usual_drivers
+from .health import node_badges, usual_drivers, with_suspects
 from .models import GPU_RESOURCE, Cluster, Node
 from .preflight import report_from
 from .summary import class_figures, fleet_summary, fleet_totals
@@ -73,7 +73,8 @@ def fleet(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def node_list(request: HttpRequest) -> HttpResponse:
-    queryset = Node.objects.select_related("cluster").prefetch_related("resources")
+    # Annotated with the lost GPUs, so the badges name the unhealthy one (no extra query).
+    queryset = with_suspects(Node.objects.select_related("cluster").prefetch_related("resources"))
     filterset = NodeFilter(request.GET, queryset=queryset)
     nodes = filterset.qs if filterset.is_valid() else queryset.none()
     page = Paginator(nodes, NODES_PER_PAGE).get_page(request.GET.get("page"))
@@ -103,7 +104,8 @@ def node_list(request: HttpRequest) -> HttpResponse:
 @login_required
 def node_detail(request: HttpRequest, pk) -> HttpResponse:
     node = get_object_or_404(
-        Node.objects.select_related("cluster").prefetch_related("resources"), pk=pk
+        with_suspects(Node.objects.select_related("cluster").prefetch_related("resources")),
+        pk=pk,
     )
     _annotate_node(node, usual_drivers(Node.objects.all()))
     labels = sorted(

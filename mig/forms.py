@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from django import forms
+from django.db.models import Case, When
 
 from inventory.models import Cluster, Node
 from quotas.forms import PortalForm
@@ -199,12 +200,35 @@ class ApproveForm(PortalForm):
     )
     note = forms.CharField(required=False, max_length=2000)
 
-    def __init__(self, *args, nodes, **kwargs):
+    def __init__(self, *args, nodes, proposals=(), preferred=None, **kwargs):
+        """``proposals`` (ranked, ``mig.services.propose_nodes``) order the choices and
+        label them; ``preferred`` is preselected (the top-ranked healthy proposal)."""
         super().__init__(*args, **kwargs)
+        rank = {p.node.pk: i for i, p in enumerate(proposals)}
+        if rank:
+            nodes = nodes.order_by(
+                Case(*(When(pk=pk, then=i) for pk, i in rank.items()), default=len(rank)),
+                "name",
+            )
+            labels = {p.node.pk: _proposal_label(p) for p in proposals}
+            self.fields["node"].label_from_instance = lambda n: labels.get(n.pk, n.name)
         self.fields["node"].queryset = nodes
-        first = nodes.first()
-        if not self.is_bound and first is not None:
-            self.initial.setdefault("node", first.pk)
+        if not self.is_bound:
+            first = preferred.node if preferred is not None else nodes.first()
+            if first is not None:
+                self.initial.setdefault("node", first.pk)
+
+
+def _proposal_label(p) -> str:
+    """``a100-01: idle`` / ``a100-00: 2 GPU pods; Unhealthy GPU`` for the node choice."""
+    if p.in_config:
+        what = "already in this layout"
+    elif p.idle:
+        what = "idle"
+    else:
+        what = f"{len(p.pods)} GPU pod{'s' if len(p.pods) != 1 else ''}"
+    problems = [b.label for b in getattr(p.node, "badges", []) if b.level in ("warning", "error")]
+    return f"{p.node.name}: {what}" + (f"; {', '.join(problems)}" if problems else "")
 
 
 class RejectForm(PortalForm):

@@ -229,6 +229,28 @@ def propose_nodes(req: MigRequest) -> list[Proposal]:
     return proposals
 
 
+def with_health(proposals: list[Proposal]) -> list[Proposal]:
+    """Attach each proposed node's health badges (``inventory.health``: not ready,
+    cordoned, unhealthy GPU, driver skew, ...) as ``node.badges``; two queries."""
+    from django.db.models import prefetch_related_objects
+
+    from inventory.health import node_badges, usual_drivers
+
+    nodes = [p.node for p in proposals]
+    prefetch_related_objects(nodes, "resources")
+    usual = usual_drivers(Node.objects.all()) if nodes else {}
+    for node in nodes:
+        node.badges = node_badges(node, usual)
+    return proposals
+
+
+def preferred(proposals: list[Proposal]) -> Proposal | None:
+    """The proposal an approver starts from: the top-ranked one whose node has no
+    error-level health badge (else the top-ranked). Call :func:`with_health` first."""
+    healthy = (p for p in proposals if not any(b.level == "error" for b in p.node.badges))
+    return next(healthy, proposals[0] if proposals else None)
+
+
 def _create_steps(req: MigRequest, names: list[str], skip: dict[str, str]) -> None:
     MigStep.objects.bulk_create(
         MigStep(request=req, position=i, name=name,

@@ -238,11 +238,14 @@ def _detail_context(request: HttpRequest, req: MigRequest, **forms) -> dict:
         "reverts": list(req.reverted_by.order_by("-created_at")),
     }
     if user.is_staff and req.status == MigRequest.Status.PENDING:
-        proposals = services.propose_nodes(req)
-        nodes = Node.objects.filter(pk__in=[p.node.pk for p in proposals]).order_by("name")
+        proposals = services.with_health(services.propose_nodes(req))
+        best = services.preferred(proposals)
+        nodes = Node.objects.filter(pk__in=[p.node.pk for p in proposals])
         ctx.update(
             proposals=proposals,
-            approve_form=forms.get("approve_form") or ApproveForm(nodes=nodes),
+            preferred=best,
+            approve_form=forms.get("approve_form")
+            or ApproveForm(nodes=nodes, proposals=proposals, preferred=best),
             reject_form=forms.get("reject_form") or RejectForm(),
         )
     return ctx

@@ -354,3 +354,8 @@ REST_FRAMEWORK["DEFAULT_THROTTLE_CLASSES"] = [
     *REST_FRAMEWORK.get("DEFAULT_THROTTLE_CLASSES", []),
     "portal.throttles.MemberWriteThrottle",
 ]
+
+# The demo runs with DEBUG off (issue #12 section 3, polish): devstack/demo.py sets
+# WHITENOISE_USE_FINDERS=True so WhiteNoise serves static/ and the apps' files without a
+# collectstatic; elsewhere WhiteNoise's own default (DEBUG) holds.
+WHITENOISE_USE_FINDERS = env.bool("WHITENOISE_USE_FINDERS", default=DEBUG)

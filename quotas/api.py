@@ -22,7 +22,7 @@ from rest_framework import exceptions, mixins, permissions, renderers, status, v
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from . import preview, services
+from . import membership, preview, services
 from .filters import AuditEventFilter, GrantFilter, OperationFilter, QuotaRequestFilter
 from .models import (
     AuditEvent,
@@ -42,6 +42,9 @@ from .serializers import (
     CancelSerializer,
     ErrorSerializer,
     GrantSerializer,
+    MemberAddSerializer,
+    MemberRoleSerializer,
+    MemberSerializer,
     OperationSerializer,
     OutlookSerializer,
     QuotaRequestCreateSerializer,
@@ -117,6 +120,40 @@ _errors = {
 }
 
 
+class TeamManagerOrAdmin(permissions.BasePermission):
+    """The team's managers and portal admins (issue #12 section 1). Runs before the body
+    is read: a member of the team gets 403 before any field error; someone outside it
+    gets the 404 an unknown team gets, as on every other team endpoint."""
+
+    message = "Only the team's managers and portal admins can change its members."
+
+    def has_permission(self, request, view) -> bool:
+        if request.user.is_staff:
+            return True
+        role = (
+            Membership.objects.filter(team__slug=view.kwargs.get("slug"), user=request.user)
+            .values_list("role", flat=True)
+            .first()
+        )
+        if role is None:
+            raise exceptions.NotFound("No team with this slug among your teams.")
+        return role == Membership.Role.MANAGER
+
+
+MEMBER_RULES = (
+    "Only the team's managers and portal admins (403 for other members, before the body is "
+    "read; 404 for people outside the team). Each change is audited and e-mailed to the "
+    "person and the team's managers."
+)
+_member_errors = {
+    **_errors,
+    404: OpenApiResponse(ErrorSerializer, description="unknown team or member, or another team's"),
+    409: OpenApiResponse(
+        ErrorSerializer, description="already a member, or the team's last manager"
+    ),
+}
+
+
 class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedViewSet):
     """Teams you belong to (admins: all), with members and namespaces."""
 
@@ -160,6 +197,79 @@ class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedVi
         if grant is None:
             return Response(status=status.HTTP_204_NO_CONTENT)
         return Response(GrantSerializer(grant, context={"request": request}).data)
+
+    # -- members (issue #12 section 1; rules in quotas/membership.py) -----------------
+
+    manager_actions = frozenset({"add_member", "set_member_role", "remove_member"})
+
+    def get_permissions(self):
+        perms = super().get_permissions()
+        if self.action in self.manager_actions:
+            perms.append(TeamManagerOrAdmin())
+        return perms
+
+    @extend_schema(
+        responses={200: MemberSerializer(many=True), 404: _errors[404]},
+        summary="Who is in the team, with roles (every member)",
+        description="Every member of the team (and admins) may read this list.",
+    )
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
+    def members(self, request, slug=None):
+        team = self.get_object()
+        return Response(MemberSerializer(team.memberships.all(), many=True).data)
+
+    @extend_schema(
+        request=MemberAddSerializer,
+        responses={201: MemberSerializer, **_member_errors},
+        summary="Add an existing account to the team (its managers and admins)",
+        description=MEMBER_RULES + " `user` is a username or an e-mail address; accounts are "
+        "created when people first sign in, so an unknown one is a 400 (they must sign in "
+        "once first). Someone already in the team is a 409.",
+    )
+    @members.mapping.post
+    def add_member(self, request, slug=None):
+        team = self.get_object()
+        form = MemberAddSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        with domain_errors():
+            m = membership.add_member(
+                team, form.validated_data["user"], form.validated_data["role"], request.user
+            )
+        return Response(MemberSerializer(m).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        request=MemberRoleSerializer,
+        responses={200: MemberSerializer, **_member_errors},
+        summary="Make a member a manager or back (its managers and admins)",
+        description=MEMBER_RULES + " Demoting the team's last manager is a 409.",
+    )
+    @action(
+        detail=True,
+        methods=["patch"],
+        url_path=r"members/(?P<username>[^/]+)",
+        pagination_class=None,
+        filter_backends=[],
+    )
+    def set_member_role(self, request, slug=None, username=None):
+        team = self.get_object()
+        form = MemberRoleSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        with domain_errors():
+            m = membership.set_role(team, username, form.validated_data["role"], request.user)
+        return Response(MemberSerializer(m).data)
+
+    @extend_schema(
+        request=None,
+        responses={204: None, **{k: v for k, v in _member_errors.items() if k != 400}},
+        summary="Remove someone from the team (its managers and admins)",
+        description=MEMBER_RULES + " Removing the team's last manager is a 409.",
+    )
+    @set_member_role.mapping.delete
+    def remove_member(self, request, slug=None, username=None):
+        team = self.get_object()
+        with domain_errors():
+            membership.remove_member(team, username, request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 @extend_schema_view(

@@ -9,12 +9,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from django import forms
+from django.core.exceptions import ValidationError
 from django.forms.boundfield import BoundField
 from django.utils import timezone
 
 from inventory.models import Cluster, GpuClass
 from portal.fields import strict_datetime
 
+from . import services
 from .capacity import advertised_resources
 from .models import DNS_LABEL, AuditEvent, NotificationOptOut, QuotaRequest, Team, TeamNamespace
 
@@ -95,7 +97,9 @@ class RequestForm(PortalForm):
         required=False, label="Start (UTC)", help_text="Empty: now. Times are UTC."
     )
     ends_at = UTCDateTimeField(
-        required=False, label="End (UTC)", help_text="Required for a window. Times are UTC."
+        required=False,
+        label="End (UTC)",
+        help_text="Required for a window; a permanent grant has none. Times are UTC.",
     )
     justification = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 4}),
@@ -103,8 +107,11 @@ class RequestForm(PortalForm):
         help_text="What the GPUs are for; the admins read this.",
     )
 
-    def __init__(self, *args, teams, member_team_ids: set, **kwargs):
+    def __init__(self, *args, teams, member_team_ids: set, user=None, **kwargs):
         super().__init__(*args, **kwargs)
+        # With the user, clean() also checks the service's rules, so one round shows
+        # every problem (issue #12); without, only the fields' own checks run here.
+        self.user = user
         self.fields["team"].queryset = teams
         self.fields["team"].label_from_instance = lambda t: (
             t.name if t.pk in member_team_ids else f"{t.name} (on behalf)"
@@ -114,6 +121,16 @@ class RequestForm(PortalForm):
         self.fields["namespace"].label_from_instance = lambda ns: (
             f"{ns.cluster.slug}/{ns.name} ({ns.team.slug})"
         )
+        # Most people are in one team with one namespace: nothing to choose then. Before
+        # _resource_choices, which reads (and so caches) the namespace's bound field.
+        if not self.is_bound:
+            only_teams = list(teams[:2])
+            if len(only_teams) == 1 and "team" not in self.initial:
+                self.initial["team"] = only_teams[0].pk
+            only_namespaces = list(namespaces[:2])
+            if len(only_namespaces) == 1 and "namespace" not in self.initial:
+                self.initial["namespace"] = only_namespaces[0].pk
+                self.initial.setdefault("team", only_namespaces[0].team_id)
         self.fields["resource"].choices = self._resource_choices(namespaces)
         classes = GpuClass.objects.filter(cluster__in=namespaces.values("cluster")).select_related(
             "cluster"
@@ -122,14 +139,6 @@ class RequestForm(PortalForm):
         self.fields["gpu_class"].label_from_instance = lambda c: (
             f"{c.cluster.slug}: {c.name} ({c.capacity_text()})"
         )
-        # Most people are in one team with one namespace: nothing to choose then.
-        if not self.is_bound:
-            only_teams = list(teams[:2])
-            if len(only_teams) == 1 and "team" not in self.initial:
-                self.initial["team"] = only_teams[0].pk
-            only_namespaces = list(namespaces[:2])
-            if len(only_namespaces) == 1 and "namespace" not in self.initial:
-                self.initial["namespace"] = only_namespaces[0].pk
 
     def _resource_choices(self, namespaces) -> list[tuple[str, str]]:
         """The chosen namespace's cluster's resources; before one is chosen, every
@@ -149,7 +158,37 @@ class RequestForm(PortalForm):
             data["ends_at"] = None
         elif data.get("duration") == self.WINDOW and not data.get("ends_at"):
             self.add_error("ends_at", "Give an end, or choose a permanent grant.")
+        if self.user is not None:
+            self._check_rules(data)
         return data
+
+    def _check_rules(self, data: dict) -> None:
+        """Run ``services.validate`` on what parsed, so the service's messages (past start,
+        too many GPUs, a class the cluster lacks, a short justification, ...) come in the
+        same round as the fields' own; a field keeps its first error only."""
+        team, namespace = data.get("team"), data.get("namespace")
+        problems: dict[str, list[str]] = {}
+        if team is None or namespace is None:  # no cluster to check against: the text only
+            found: dict[str, str] = {}
+            services.clean_justification(data.get("justification"), found)
+            problems = {k: [v] for k, v in found.items()}
+        else:
+            request_data = services.RequestData(
+                team=team, namespace=namespace, resource=data.get("resource") or "",
+                amount=data.get("amount"), justification=data.get("justification") or "",
+                starts_at=data.get("starts_at"), ends_at=data.get("ends_at"),
+                gpu_class=data.get("gpu_class"),
+            )  # fmt: skip
+            try:
+                services.validate(self.user, request_data)
+            except ValidationError as err:
+                problems = err.message_dict
+        for name, messages in problems.items():
+            field = name if name in self.fields else None
+            if field is not None and field in self.errors:
+                continue
+            for message in messages:
+                self.add_error(field, message)
 
 
 class RenewForm(PortalForm):

@@ -55,13 +55,52 @@ def _team_people(req: QuotaRequest):
     return [req.requested_by, *managers]
 
 
+def granted(req: QuotaRequest):
+    """What an approval gave: the new grant, or the renewed one; None before approval,
+    after a rejection or cancellation, and for releases (they give nothing)."""
+    if req.kind == QuotaRequest.Kind.NEW:
+        return req.grant if req.grant_id else None
+    if (
+        req.kind == QuotaRequest.Kind.RENEWAL
+        and req.decided_at is not None
+        and req.status not in (QuotaRequest.Status.REJECTED, QuotaRequest.Status.CANCELLED)
+    ):
+        return req.target_grant
+    return None
+
+
+def _window(start, end) -> str:
+    if end is None:
+        return "permanently"
+    return f"from {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC"
+
+
+def amount_text(req: QuotaRequest) -> str:
+    """``4 of 6`` when an admin granted less than asked, else the one amount."""
+    grant = granted(req)
+    if grant is not None and grant.amount != req.amount:
+        return f"{grant.amount} of {req.amount}"
+    return str(grant.amount if grant is not None else req.amount)
+
+
 def _describe(req: QuotaRequest) -> str:
-    window = (
-        "permanently"
-        if req.ends_at is None
-        else (f"from {req.starts_at:%Y-%m-%d %H:%M} to {req.ends_at:%Y-%m-%d %H:%M} UTC")
-    )
-    return f"{req.amount} x {req.resource} in {req.namespace} {window}"
+    """The request as asked, or, once approved, as granted (with what was asked)."""
+    grant = granted(req)
+    if grant is None:
+        window = _window(req.starts_at, req.ends_at)
+        return f"{req.amount} x {req.resource} in {req.namespace} {window}"
+    window = _window(grant.starts_at, grant.ends_at)
+    text = f"{grant.amount} x {req.resource} in {req.namespace} {window}"
+    asked = []
+    if grant.amount != req.amount:
+        asked.append(f"{req.amount} asked")
+    if grant.ends_at != req.ends_at:
+        asked.append(
+            "asked permanently"
+            if req.ends_at is None
+            else f"asked until {req.ends_at:%Y-%m-%d %H:%M} UTC"
+        )
+    return f"{text} ({'; '.join(asked)})" if asked else text
 
 
 def new_request(req: QuotaRequest) -> None:
@@ -78,7 +117,7 @@ def decided(req: QuotaRequest) -> None:
     note = f"\nNote: {req.decision_note}\n" if req.decision_note else ""
     _send(
         kind, _team_people(req),
-        f"[GPU portal] request {req.status}: {req.amount} {req.resource} for {req.team.name}",
+        f"[GPU portal] request {req.status}: {amount_text(req)} {req.resource} for {req.team.name}",
         f"Your request for {_describe(req)} was {req.status}.{note}\n{_link(req)}\n",
     )  # fmt: skip
 
@@ -157,4 +196,37 @@ def lowering_held(op, text: str) -> None:
         f"Applying the quota of {ns} ({op.reason}) {text}.\nRunning pods keep running; the "
         f"team's next pods would be refused. Nothing is written until an admin confirms:\n"
         f"{link}\n",
+    )  # fmt: skip
+
+
+# -- team membership (issue #12 section 1: managers run their team) --------------------
+
+# Membership changes are account notices: sent to the person and the team's managers
+# whatever their opt-outs (no NotificationOptOut kind matches this one).
+MEMBERSHIP = "membership"
+
+
+def membership_changed(team, user, by, to_user: str, to_managers: str) -> None:
+    """``by`` changed ``user``'s membership of ``team``: tell the person and the managers.
+
+    ``to_user`` completes "<by> ... " for the person ("added you to Vision as member"),
+    ``to_managers`` for the team's managers ("added alice as member").
+    """
+    actor = by.get_username() if by is not None and by.pk else "The portal"
+    link = settings.PORTAL_URL.rstrip("/") + reverse("quotas:team-members", args=[team.slug])
+    _send(
+        MEMBERSHIP, [user],
+        f"[GPU portal] {actor} {to_user}",
+        f"{actor} {to_user}.\n\nWho is in the team: {link}\n",
+    )  # fmt: skip
+    managers = [
+        m.user
+        for m in Membership.objects.filter(team=team, role=Membership.Role.MANAGER)
+        .exclude(user=user)
+        .select_related("user")
+    ]
+    _send(
+        MEMBERSHIP, managers,
+        f"[GPU portal] {team.name}: {actor} {to_managers}",
+        f"{actor} {to_managers} in {team.name}.\n\nMembers and roles: {link}\n",
     )  # fmt: skip

@@ -11,14 +11,14 @@ import uuid
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db.models import TextChoices
+from django.db.models import TextChoices, prefetch_related_objects
 from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from inventory.models import GpuClass
 
-from . import services
+from . import notify, services
 from .capacity import advertised_resources
 from .models import (
     AuditEvent,
@@ -145,6 +145,15 @@ class RequestEventSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class _GrantedListSerializer(serializers.ListSerializer):
+    """Lists load the grants ``granted_amount`` reads in two queries, not one per row."""
+
+    def to_representation(self, data):
+        items = list(data.all() if hasattr(data, "all") else data)
+        prefetch_related_objects(items, "grant", "target_grant")
+        return super().to_representation(items)
+
+
 class QuotaRequestSerializer(serializers.ModelSerializer):
     status = enum(QuotaRequest.Status, read_only=True)
     kind = enum(QuotaRequest.Kind, read_only=True)
@@ -158,6 +167,15 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
         allow_null=True,
         help_text="GPU class slug; null: any class",
     )
+    # What the approval gave, which can be less (and shorter) than asked: amount and
+    # ends_at above are what was asked (quotas/notify.py ``granted``).
+    granted_amount = serializers.SerializerMethodField(
+        help_text="the amount approved (can be less than amount); null: nothing granted (yet)"
+    )
+    granted_ends_at = serializers.SerializerMethodField(
+        help_text="the end of the granted window (can be before ends_at); null: permanent, "
+        "or nothing granted (see granted_amount)"
+    )
 
     class Meta:
         model = QuotaRequest
@@ -165,9 +183,23 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
             "id", "status", "kind", "team", "namespace", "gpu_class", "resource", "amount",
             "starts_at",
             "ends_at", "justification", "target_grant", "requested_by", "on_behalf",
-            "decided_by", "decided_at", "decision_note", "grant", "created_at", "updated_at",
+            "decided_by", "decided_at", "decision_note", "grant", "granted_amount",
+            "granted_ends_at", "created_at", "updated_at",
         ]  # fmt: skip
         read_only_fields = fields
+        list_serializer_class = _GrantedListSerializer
+
+    @extend_schema_field(serializers.IntegerField(allow_null=True))
+    def get_granted_amount(self, req: QuotaRequest) -> int | None:
+        grant = notify.granted(req)
+        return None if grant is None else grant.amount
+
+    @extend_schema_field(serializers.DateTimeField(allow_null=True))
+    def get_granted_ends_at(self, req: QuotaRequest) -> str | None:
+        grant = notify.granted(req)
+        if grant is None or grant.ends_at is None:
+            return None
+        return serializers.DateTimeField().to_representation(grant.ends_at)
 
 
 class QuotaRequestDetailSerializer(QuotaRequestSerializer):
@@ -462,3 +494,19 @@ class OutlookSerializer(serializers.Serializer):
         child=serializers.ListField(child=serializers.CharField()),
         help_text="what submitting would refuse, per field (empty: it would be accepted)",
     )
+
+
+# -- team members (issue #12 section 1; rules in quotas/membership.py) ------------------
+
+
+class MemberAddSerializer(serializers.Serializer):
+    user = serializers.CharField(
+        max_length=254,
+        help_text="username or e-mail address of an existing account (people get one when "
+        "they first sign in)",
+    )
+    role = enum(Membership.Role, default=Membership.Role.MEMBER)
+
+
+class MemberRoleSerializer(serializers.Serializer):
+    role = enum(Membership.Role)

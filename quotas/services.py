@@ -299,6 +299,12 @@ def approve(
         )  # fmt: skip
     else:
         amount = req.amount if amount is None else amount
+        if req.kind == QuotaRequest.Kind.RENEWAL and amount != req.amount:
+            # A renewal extends the grant as it is; "less" would be accepted and ignored.
+            raise ValidationError({"amount": (
+                f"A renewal extends the grant of {req.amount} as it is: approve it (a shorter "
+                "window is fine) or reject it and ask for a smaller new grant."
+            )})  # fmt: skip
         if amount < 1 or amount > req.amount:
             raise ValidationError({"amount": f"Approve between 1 and {req.amount}."})
         window_end = req.ends_at if ends_at is None else ends_at

@@ -6,6 +6,12 @@ app_name = "quotas"
 
 urlpatterns = [
     path("teams/", views.teams, name="teams"),
+    path("teams/<slug:slug>/members/", views.team_members, name="team-members"),
+    path(
+        "teams/<slug:slug>/members/<str:username>/remove/",
+        views.team_member_remove,
+        name="team-member-remove",
+    ),
     path("requests/", views.request_list, name="requests"),
     path("requests/new/", views.request_new, name="request-new"),
     path("requests/<uuid:pk>/", views.request_detail, name="request"),

@@ -3,6 +3,7 @@
 from .account import notifications
 from .audit import audit, audit_export
 from .capacity_page import capacity
+from .members import team_member_remove, team_members
 from .namespaces import (
     foreign_adopt,
     foreign_keep,
@@ -44,5 +45,7 @@ __all__ = [
     "request_list",
     "request_new",
     "request_reject",
+    "team_member_remove",
+    "team_members",
     "teams",
 ]

@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections import defaultdict
 
 from django.contrib.auth.decorators import login_required
-from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
+from mig.models import MigRequest
 from telemetry.insight import annotate_renewals
 
-from .. import demand, preview
+from .. import demand, inbox, preview
 from ..capacity import Capacity
 from ..models import (
     Grant,
@@ -32,21 +32,46 @@ QUEUE_PER_PAGE = 20
 
 @login_required
 def queue(request: HttpRequest) -> HttpResponse:
-    """Pending requests, oldest first, each with its namespace's grants and usage and the
-        capacity of its window, the effective limit (quotas/limits.py) and what approving would
-    change. Paginated (oldest first); a fixed number of queries whatever the queue's
-    length."""
+    """Pending quota and MIG requests in one list (quotas/inbox.py), filtered, searched and
+    sorted (oldest first by default), paginated. Each quota request comes with its
+    namespace's grants and usage, the capacity of its window, the effective limit
+    (quotas/limits.py) and what approving would change; a MIG request links to its page,
+    where it is decided on a proposed node. A fixed number of queries whatever the
+    queue's length."""
     _staff_only(request.user)
-    now = timezone.now()
-    qs = (
-        QuotaRequest.objects.filter(status=QuotaRequest.Status.PENDING)
-        .select_related(
-            "team", "namespace__cluster", "requested_by", "target_grant", "gpu_class__cluster"
-        )
-        .order_by("created_at", "id")
+    form = inbox.filter_form(request.GET)
+    f = form.filters()
+    quota_qs = QuotaRequest.objects.filter(status=QuotaRequest.Status.PENDING).select_related(
+        "team", "namespace__cluster", "requested_by", "target_grant", "gpu_class__cluster"
     )
-    page = Paginator(qs, QUEUE_PER_PAGE).get_page(request.GET.get("page"))
-    pending = list(page.object_list)
+    mig_qs = MigRequest.objects.filter(status=MigRequest.Status.PENDING).select_related(
+        "team", "namespace", "cluster", "requested_by", "requested_node"
+    )
+    quota_qs, mig_qs = inbox.apply_filters(quota_qs, mig_qs, f)
+    page = inbox.page_of(
+        quota_qs, mig_qs, sort=f.sort, number=request.GET.get("page"), per_page=QUEUE_PER_PAGE
+    )
+    facts = _quota_facts([r for r in page.object_list if not r.is_mig])
+    rows = [{"req": r, "is_mig": True} if r.is_mig else facts[r.pk] for r in page.object_list]
+    return render(
+        request,
+        "quotas/queue.html",
+        {
+            "rows": rows,
+            "page": page,
+            "form": form,
+            "filtered": f.active,
+            "next": request.get_full_path(),
+            "held": preview.held_everywhere(),
+        },
+    )
+
+
+def _quota_facts(pending: list[QuotaRequest]) -> dict:
+    """Per pending quota request (by id): the figures its queue card shows, in bulk."""
+    if not pending:
+        return {}
+    now = timezone.now()
     annotate_renewals(pending)  # the team's measured use of each grant up for renewal
     namespaces = list({r.namespace_id: r.namespace for r in pending}.values())
     cluster_ids = {ns.cluster_id for ns in namespaces}
@@ -54,7 +79,6 @@ def queue(request: HttpRequest) -> HttpResponse:
     capacity = Capacity(cluster_ids, {r.resource for r in pending}, now=now)
     usage = _usage(namespaces)
     states = preview.states(namespaces, now)
-    held = preview.held_everywhere()
     waiting = demand.pending_demand(namespaces, pods={k: st.pods for k, st in states.items()})
     ns_grants = defaultdict(list)
     ns_ids = {ns.pk for ns in namespaces}
@@ -65,7 +89,7 @@ def queue(request: HttpRequest) -> HttpResponse:
     ):
         if g.state(now) == "active":
             ns_grants[g.namespace_id].append(g)
-    rows = []
+    rows = {}
     for req in pending:
         room = capacity.free(
             req.namespace.cluster_id,
@@ -77,26 +101,21 @@ def queue(request: HttpRequest) -> HttpResponse:
         )
         grants = ns_grants[req.namespace_id]
         st = states[req.namespace_id]
-        rows.append(
-            {
-                "req": req,
-                "room": room,
-                "after": room.after(req.amount),
-                "grants": grants,
-                "granted": sum(g.amount for g in grants if g.resource == req.resource),
-                "used": usage.get((req.namespace_id, req.resource), 0),
-                "effective": st.effective.get(req.resource),
-                "change": st.change(req.resource, req.amount, req.gpu_class),
-                "state": st,
-                "pending": waiting.get((req.namespace_id, req.resource)),
-                "pending_class": _for_class(waiting.get((req.namespace_id, req.resource)), req),
-            }
-        )
-    return render(
-        request,
-        "quotas/queue.html",
-        {"rows": rows, "page": page, "next": request.get_full_path(), "held": held},
-    )
+        rows[req.pk] = {
+            "req": req,
+            "is_mig": False,
+            "room": room,
+            "after": room.after(req.amount),
+            "grants": grants,
+            "granted": sum(g.amount for g in grants if g.resource == req.resource),
+            "used": usage.get((req.namespace_id, req.resource), 0),
+            "effective": st.effective.get(req.resource),
+            "change": st.change(req.resource, req.amount, req.gpu_class),
+            "state": st,
+            "pending": waiting.get((req.namespace_id, req.resource)),
+            "pending_class": _for_class(waiting.get((req.namespace_id, req.resource)), req),
+        }
+    return rows
 
 
 def _for_class(d, req) -> int:

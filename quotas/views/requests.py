@@ -8,7 +8,6 @@ from datetime import datetime
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -16,7 +15,9 @@ from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from .. import preview, services
+from mig.models import MigRequest
+
+from .. import inbox, notify, preview, services
 from ..capacity import Headroom, headroom
 from ..forms import (
     ApproveForm,
@@ -33,6 +34,7 @@ from ..models import (
     QuotaRequest,
     TeamNamespace,
 )
+from ..scoping import visible_to
 from .common import (
     _can_manage,
     _staff_only,
@@ -71,8 +73,9 @@ def request_new(request: HttpRequest) -> HttpResponse:
         if ns:
             initial = {"team": ns.team_id, "namespace": ns.pk}
     form = RequestForm(
-        request.POST or None, initial=initial, teams=teams_qs, member_team_ids=member_ids
-    )
+        request.POST or None, initial=initial, teams=teams_qs, member_team_ids=member_ids,
+        user=user,
+    )  # fmt: skip
     outlook = None
     if request.method == "POST" and "preview" in request.POST:
         # "Check what is free": the figures for the chosen class, nothing submitted.
@@ -159,18 +162,21 @@ def grant_release(request: HttpRequest, pk) -> HttpResponse:
 def request_list(request: HttpRequest) -> HttpResponse:
     teams_list = list(visible_teams(request.user))
     form = RequestFilterForm(request.GET or None, teams=teams_list)
-    qs = visible_requests(request.user)
+    qs = visible_requests(request.user).select_related("grant")  # the granted amount
+    # The team's MIG requests are listed with its quota requests (quotas/inbox.py).
+    mig_qs = visible_to(MigRequest.objects.all(), request.user).select_related(
+        "team", "namespace", "cluster", "requested_by", "node"
+    )
     if form.is_valid():
         status, team = form.cleaned_data["status"], form.cleaned_data["team"]
-        if status == "open":
-            qs = qs.filter(status__in=QuotaRequest.OPEN)
-        elif status:
-            qs = qs.filter(status=status)
+        qs, mig_qs = inbox.by_status(qs, mig_qs, status)
         if team:
-            qs = qs.filter(team__slug=team)
+            qs, mig_qs = qs.filter(team__slug=team), mig_qs.filter(team__slug=team)
     elif form.is_bound:
-        qs = qs.none()
-    page = Paginator(qs, REQUESTS_PER_PAGE).get_page(request.GET.get("page"))
+        qs, mig_qs = qs.none(), mig_qs.none()
+    page = inbox.page_of(
+        qs, mig_qs, sort="newest", number=request.GET.get("page"), per_page=REQUESTS_PER_PAGE
+    )
     return render(
         request,
         "quotas/request_list.html",
@@ -290,14 +296,14 @@ def _decide(request: HttpRequest, pk, form_class, act, done: str, refused: str, 
     form = form_class(request.POST)
     if form.is_valid():
         try:
-            act(req, form.cleaned_data)
+            decided = act(req, form.cleaned_data) or req
         except services.TransitionError:
             messages.warning(request, f"This request was already decided ({_status(req)}).")
             return redirect("quotas:request", pk=req.pk)
         except ValidationError as err:
             form.add_service_errors(err.message_dict)
         else:
-            messages.success(request, done.format(req=req))
+            messages.success(request, done(decided) if callable(done) else done.format(req=req))
             return redirect(_next_url(request, req))
     messages.error(request, refused)
     return render(
@@ -309,14 +315,28 @@ def _decide(request: HttpRequest, pk, form_class, act, done: str, refused: str, 
 @login_required
 def request_approve(request: HttpRequest, pk) -> HttpResponse:
     def act(req, data):
-        services.approve(
+        return services.approve(
             req, request.user, amount=data["amount"], ends_at=data["ends_at"], note=data["note"]
         )
 
     return _decide(
-        request, pk, ApproveForm, act, "Approved: {req}. The quota is being applied.",
+        request, pk, ApproveForm, act, _approved_message,
         "Not approved: see the approval form below.", "approve_form",
     )  # fmt: skip
+
+
+def _approved_message(req: QuotaRequest) -> str:
+    """What was granted (not what was asked): "Approved 4 of 6 asked ... until ..."."""
+    grant = notify.granted(req)
+    if grant is None:  # a release: it gives nothing back
+        return f"Approved: {req}. The quota is being applied."
+    amount = notify.amount_text(req) + (" asked" if grant.amount != req.amount else "")
+    until = "permanently" if grant.ends_at is None else f"until {grant.ends_at:%Y-%m-%d %H:%M} UTC"
+    shorter = " (a shorter window than asked)" if grant.ends_at != req.ends_at else ""
+    return (
+        f"Approved {amount} {req.resource} for {req.namespace.name}, {until}{shorter}. "
+        "The quota is being applied."
+    )
 
 
 @require_POST

@@ -133,6 +133,12 @@ def _pages(user) -> list[str]:
         "/api/docs/", "/nodes/00000000-0000-0000-0000-000000000000/",  # the 404 page
         f"/account/tokens/{token.pk}/revoke/",
     ]  # fmt: skip
+    # Team members (issue #12 section 1): the list; the removal confirmation (a member
+    # who is no manager gets its 403 page).
+    member = team.memberships.select_related("user").order_by("user__username").first()
+    pages.append(f"/teams/{team.slug}/members/")
+    if member is not None:
+        pages.append(f"/teams/{team.slug}/members/{member.user.get_username()}/remove/")
     if mig is not None:
         pages += [f"/mig/requests/{mig.pk}/", f"/mig/requests/{mig.pk}/cancel/"]
     if user.is_staff:

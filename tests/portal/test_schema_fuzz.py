@@ -12,7 +12,8 @@ real row of the member's team (what a list returned) with generated bodies, as t
 and as an admin, so detail endpoints and actions are exercised, not only their 404s.
 
 Bounded: ``FUZZ_EXAMPLES`` examples per operation and persona (default 4; about two
-minutes in all). Run more locally with ``FUZZ_EXAMPLES=50 make test ARGS=tests/portal/test_schema_fuzz.py``.
+minutes in all). Run more locally with
+``FUZZ_EXAMPLES=50 make test ARGS=tests/portal/test_schema_fuzz.py``.
 """
 
 from __future__ import annotations

@@ -159,9 +159,9 @@ def test_new_request_form_is_scoped_and_prefilled(client, world, researcher):
     assert list(form.fields["namespace"].queryset) == [world["ns"]]
     assert form.fields["resource"].choices == [(GPU, GPU)]
     assert form["namespace"].value() == world["ns"].pk
-    # Another team's namespace is not pre-filled.
+    # Another team's namespace is never pre-filled: the member's only one is.
     other = client.get(reverse("quotas:request-new"), {"namespace": world["other_ns"].pk})
-    assert other.context["form"]["namespace"].value() is None
+    assert other.context["form"]["namespace"].value() == world["ns"].pk
 
 
 def test_admin_sees_all_teams_marked_on_behalf(client, world, admin_user):

@@ -182,9 +182,12 @@ def test_renewal_extends_the_grant_after_a_capacity_check(world):
     with pytest.raises(services.CapacityError):
         services.approve(req, world["admin"])
     Grant.objects.filter(namespace=world["nlp_ns"]).delete()
+    with pytest.raises(ValidationError) as err:  # "less" would be accepted and ignored
+        services.approve(req, world["admin"], amount=2)
+    assert "extends the grant of 4 as it is" in err.value.message_dict["amount"][0]
     services.approve(req, world["admin"])
     grant.refresh_from_db()
-    assert grant.ends_at == new_end
+    assert grant.ends_at == new_end and grant.amount == 4
 
 
 def test_release_ends_the_grant_at_once(world):

@@ -40,6 +40,12 @@ WEIGHTS = {
 }  # fmt: skip
 
 
+def unhealthy(node) -> int:
+    """Whole GPUs the device plugin does not offer (allocatable < capacity)."""
+    r = next((r for r in node.resources.all() if r.resource == "nvidia.com/gpu"), None)
+    return max(0, r.capacity - r.allocatable) if r is not None else 0
+
+
 def weights(cluster: Cluster) -> None:
     from inventory.models import PRODUCT_LABEL, GpuClass
 
@@ -167,6 +173,9 @@ class Command(BaseCommand):
                 "gpus": node.gpu_count,
                 "driver_version": node.driver_version or "550.107.02",
                 "mig": {"config": node.mig_config} if node.mig_config else {},
+                # The fake agents report these GPUs lost, so the node page can name the
+                # device the device plugin marked unhealthy (issue #12).
+                "unhealthy": unhealthy(node),
             }
         path = settings.DATA_DIR / "agent-tokens.json"
         path.parent.mkdir(parents=True, exist_ok=True)
