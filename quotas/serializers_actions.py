@@ -1,0 +1,108 @@
+"""Input serializers of the quota API's actions, and the error and outlook shapes.
+
+They only parse and resolve references; every rule is checked by ``quotas.services`` (and
+``quotas.membership`` for members).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from rest_framework import serializers
+
+from .capacity import advertised_resources
+from .models import Membership, TeamNamespace
+
+
+def enum(*args, **kwargs):
+    from .serializers import enum as _enum  # the one enum field (schema extension there)
+
+    return _enum(*args, **kwargs)
+
+
+class ApproveSerializer(serializers.Serializer):
+    amount = serializers.IntegerField(
+        required=False, allow_null=True, help_text="approve less than asked (default: all)"
+    )
+    ends_at = serializers.DateTimeField(
+        required=False, allow_null=True, help_text="a shorter window (default: as asked)"
+    )
+    note = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
+
+
+class RejectSerializer(serializers.Serializer):
+    # Required by services.reject, which gives the message.
+    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
+
+
+class CancelSerializer(serializers.Serializer):
+    note = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
+
+
+class ErrorSerializer(serializers.Serializer):
+    """Every error: ``detail``; validation errors add a list of messages per field."""
+
+    detail = serializers.CharField()
+
+
+class BaselineSerializer(serializers.Serializer):
+    namespace = serializers.CharField(help_text="the team namespace's id or name", max_length=63)
+    resource = serializers.CharField(max_length=100)
+    amount = serializers.IntegerField(min_value=0, max_value=100_000)
+
+    def validate_namespace(self, value: str) -> TeamNamespace:
+        team = self.context["team"]
+        qs = TeamNamespace.objects.select_related("cluster", "team").filter(team=team)
+        try:
+            match = qs.filter(pk=uuid.UUID(value))
+        except ValueError:
+            match = qs.filter(name=value)
+        found = list(match[:2])
+        if len(found) != 1:
+            raise serializers.ValidationError(f"No single namespace {value!r} in team {team.slug}.")
+        return found[0]
+
+    def validate(self, attrs: dict) -> dict:
+        cluster = attrs["namespace"].cluster
+        if attrs["resource"] not in advertised_resources(cluster):
+            raise serializers.ValidationError(
+                {"resource": f"Cluster {cluster.slug} does not advertise {attrs['resource']}."}
+            )
+        return attrs
+
+
+class OutlookSerializer(serializers.Serializer):
+    """What a request would meet (quotas/preview.py ``outlook``), nothing stored."""
+
+    gpu_class = serializers.CharField(allow_null=True, help_text="null: any class")
+    capacity_text = serializers.CharField(help_text="e.g. 32 replicas on 8 GPUs")
+    resource = serializers.CharField()
+    held = serializers.IntegerField(
+        help_text="the namespace's active grants of this class plus its any-class grants"
+    )
+    used = serializers.IntegerField(help_text="its pods' requests on the class's nodes")
+    free_now = serializers.IntegerField()
+    free_window = serializers.IntegerField(help_text="free over the asked window")
+    class_enforced = serializers.BooleanField(
+        help_text="false: class not enforced by Kubernetes on this cluster (ResourceQuota)"
+    )
+    problems = serializers.DictField(
+        child=serializers.ListField(child=serializers.CharField()),
+        help_text="what submitting would refuse, per field (empty: it would be accepted)",
+    )
+
+
+# -- team members (issue #12 section 1; rules in quotas/membership.py) ------------------
+
+
+class MemberAddSerializer(serializers.Serializer):
+    user = serializers.CharField(
+        max_length=254,
+        help_text="username or e-mail address of an existing account (people get one when "
+        "they first sign in)",
+    )
+    role = enum(Membership.Role, default=Membership.Role.MEMBER)
+
+
+class MemberRoleSerializer(serializers.Serializer):
+    role = enum(Membership.Role)
