@@ -22,7 +22,8 @@ Schema (all keys optional except names)::
     quotas: [{name: gpu-quota, namespace: ml-vision, hard: {requests.nvidia.com/gpu: 16}}]
     pods:                        # one container "main" unless `containers` is given
       - {name: train, namespace: ml-vision, node: a100-00, phase: Running,
-         requests: {nvidia.com/gpu: 4, cpu: 8}, priorityClassName: high}
+         requests: {nvidia.com/gpu: 4, cpu: 8}, priorityClassName: high,
+         age: 3h}                # created (and started) 3 hours before the fleet loads
     configmaps: [{name: x, namespace: y, data: {k: v}}]
     gpuOperator:                 # the GPU Operator's ClusterPolicy (simcluster/gpuoperator.py);
       namespace: gpu-operator    # absent: installed with these defaults; false: not installed
@@ -47,12 +48,13 @@ import contextlib
 import gc
 import json
 import random
+import re
 import sys
 import uuid
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +103,21 @@ class Fleet:
 
 def now_iso() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+_AGE = re.compile(r"^(\d+)([smhd])$")
+
+
+def aged(age: Any, ts: str) -> str:
+    """``ts`` moved back by a fleet file's ``age`` ("90m", "3h", "2d"; absent: ``ts``)."""
+    if not age:
+        return ts
+    m = _AGE.match(str(age))
+    if not m:
+        raise ValueError(f"age {age!r}: use a number and s, m, h or d, e.g. 3h")
+    seconds = int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+    then = datetime.strptime(ts, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    return (then - timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def read_fleet_file(path: str | Path) -> dict[str, Any]:
@@ -200,11 +217,12 @@ def _expand(spec: dict[str, Any]) -> Fleet:
         )
     for p in spec.get("pods") or []:
         count = int(p.get("count", 1))
+        born = aged(p.get("age"), ts)  # a pod that has run for a while (idle insight, history)
         if count == 1:
-            fleet.pods.append(pod_object(p, ts, kubelets))
+            fleet.pods.append(pod_object(p, born, kubelets))
         else:
             for i in range(count):
-                fleet.pods.append(pod_object({**p, "name": p["name"].format(i=i)}, ts, kubelets))
+                fleet.pods.append(pod_object({**p, "name": p["name"].format(i=i)}, born, kubelets))
     for obj in fleet.pods + fleet.resourcequotas + fleet.configmaps:
         ns = obj["metadata"]["namespace"]
         if ns not in seen_ns:

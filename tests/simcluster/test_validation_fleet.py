@@ -72,3 +72,25 @@ def test_the_check_catches_invalid_objects() -> None:
     assert len(found) == 2
     assert found[0].startswith("nodes//") and "bad key!" in found[0]
     assert found[1].endswith(": not in canonical form")
+
+
+def test_a_pods_age_moves_its_creation_and_start_back() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    fleet = load_fleet({
+        "nodes": [{"name": "n0", "gpu": {"product": "NVIDIA-H100-80GB-HBM3", "count": 8}}],
+        "pods": [{"name": "old", "namespace": "a", "node": "n0", "phase": "Running",
+                  "requests": {"nvidia.com/gpu": 1}, "age": "2d"},
+                 {"name": "new", "namespace": "a", "node": "n0", "phase": "Running",
+                  "requests": {"nvidia.com/gpu": 1}}],
+    })  # fmt: skip
+    stamps = {
+        p["metadata"]["name"]: datetime.fromisoformat(p["metadata"]["creationTimestamp"])
+        for p in fleet.pods
+    }
+    assert timedelta(days=2) - (stamps["new"] - stamps["old"]) < timedelta(seconds=2)
+    old = next(p for p in fleet.pods if p["metadata"]["name"] == "old")
+    assert old["status"]["startTime"] == old["metadata"]["creationTimestamp"]
+    assert stamps["new"] <= datetime.now(UTC)
+    with pytest.raises(ValueError, match="use a number and s, m, h or d"):
+        load_fleet({"pods": [{"name": "x", "namespace": "a", "age": "two days"}]})
