@@ -31,6 +31,7 @@ from django.utils import timezone
 from inventory.kube import KUEUE_API
 from inventory.models import GPU_RESOURCE, Cluster, GpuClass, Node, is_gpu_resource
 
+from . import limits
 from .models import Grant, Team, TeamNamespace, TeamQueue
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-quota-portal"}
@@ -250,10 +251,7 @@ def flavor_differences(actual: dict | None, want: dict) -> dict:
 
 
 def _qty_int(value) -> int:
-    try:
-        return int(str(value))
-    except (TypeError, ValueError):
-        return 0
+    return limits._int(value) or 0
 
 
 def queue_status(cq: dict | None) -> dict:

@@ -56,6 +56,7 @@ class NamespaceState:
     # On a Kueue cluster: {(class id, resource): (nominal, held by admitted workloads)} of
     # the team's ClusterQueue (shared by its namespaces there); None elsewhere.
     kueue: dict | None = None
+    queue: tuple | None = None  # (TeamQueue, class rows) of that ClusterQueue, when read
 
     @property
     def needs_confirmation(self) -> bool:
@@ -103,23 +104,21 @@ class NamespaceState:
         return Change(resource, delta, after, after, "Kueue", low, [], backend="kueue")
 
 
-def kueue_figures(namespaces: list[TeamNamespace], now=None) -> dict:
-    """{(team id, cluster id): {(class id, resource): (nominal, held)}} for the namespaces
-    on Kueue clusters (quotas/kueue.py for both figures)."""
+def kueue_queues(namespaces: list[TeamNamespace], now=None) -> dict:
+    """{(team id, cluster id): (TeamQueue, its quotas.kueue.class_rows)} for the namespaces
+    on Kueue clusters: one query for the queues, the rows' figures per team."""
     from .kueue import class_rows
     from .models import TeamQueue
 
     keys = {(ns.team_id, ns.cluster_id) for ns in namespaces if ns.cluster.enforces_classes}
-    out: dict = {key: {} for key in keys}
     if not keys:
-        return out
+        return {}
+    out: dict = {}
     for tq in TeamQueue.objects.filter(
         team_id__in={t for t, _ in keys}, cluster_id__in={c for _, c in keys}
     ).select_related("team", "cluster"):
         if (tq.team_id, tq.cluster_id) in keys:
-            out[(tq.team_id, tq.cluster_id)] = {
-                (r.gpu_class.pk, r.resource): (r.nominal, r.used) for r in class_rows(tq, now)
-            }
+            out[(tq.team_id, tq.cluster_id)] = (tq, class_rows(tq, now))
     return out
 
 
@@ -157,7 +156,7 @@ def states(namespaces: list[TeamNamespace], now=None) -> dict:
         for key, v in low.items():
             if key not in held[ns_id] or v["hard"] < held[ns_id][key]["hard"]:
                 held[ns_id][key] = v
-    queues = kueue_figures(namespaces, now)
+    queues = kueue_queues(namespaces, now)
     out = {}
     for ns in namespaces:
         own = {r: 0 for r in advertised[ns.cluster_id]} | granted[ns.pk]
@@ -170,8 +169,11 @@ def states(namespaces: list[TeamNamespace], now=None) -> dict:
             foreign=fq,
             advertised=sorted(advertised[ns.cluster_id]),
             awaiting=held.get(ns.pk, {}),
-            kueue=queues.get((ns.team_id, ns.cluster_id)),
+            queue=queues.get((ns.team_id, ns.cluster_id)),
         )
+        if ns.cluster.enforces_classes:
+            rows = (out[ns.pk].queue or (None, []))[1]
+            out[ns.pk].kueue = {(r.gpu_class.pk, r.resource): (r.nominal, r.used) for r in rows}
     return out
 
 

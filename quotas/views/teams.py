@@ -87,21 +87,20 @@ class QueueView:
     namespaces: int
 
 
-def queue_views(namespaces: list[TeamNamespace]) -> dict:
-    """{(team id, cluster id): QueueView} for the namespaces on Kueue clusters."""
-    keys = {(ns.team_id, ns.cluster_id) for ns in namespaces if ns.cluster.enforces_classes}
-    if not keys:
-        return {}
+def queue_views(namespaces: list[TeamNamespace], states: dict) -> dict:
+    """{(team id, cluster id): QueueView} for the namespaces on Kueue clusters, from the
+    queues ``preview.states`` already loaded."""
     counts = defaultdict(int)
     for ns in namespaces:
         counts[(ns.team_id, ns.cluster_id)] += 1
     out = {}
-    for tq in TeamQueue.objects.filter(
-        team_id__in={t for t, _ in keys}, cluster_id__in={c for _, c in keys}
-    ).select_related("team", "cluster"):
-        key = (tq.team_id, tq.cluster_id)
-        if key in keys:
-            out[key] = QueueView(tq, kueue.queue_name(tq.team), kueue.class_rows(tq), counts[key])
+    for ns in namespaces:
+        queue = states[ns.pk].queue
+        if queue is not None:
+            tq, rows = queue
+            out[(ns.team_id, ns.cluster_id)] = QueueView(
+                tq, kueue.queue_name(tq.team), rows, counts[(ns.team_id, ns.cluster_id)]
+            )
     return out
 
 
@@ -131,7 +130,7 @@ def teams(request: HttpRequest) -> HttpResponse:
     pods = {ns_id: st.pods for ns_id, st in states.items()}  # loaded once, for all three
     off = offclass.off_class(namespaces, now, pods=pods)
     waiting = demand.pending_demand(namespaces, pods=pods)
-    queues = queue_views(namespaces)
+    queues = queue_views(namespaces, states)
     class_names = dict(
         GpuClass.objects.filter(cluster_id__in={ns.cluster_id for ns in namespaces}).values_list(
             "pk", "name"
