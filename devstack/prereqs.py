@@ -14,7 +14,13 @@ import subprocess
 from collections.abc import Callable
 
 # program -> the Debian package that provides it
-TEST_PROGRAMS: dict[str, str] = {"kubectl": "kubernetes-client", "chromium": "chromium"}
+TEST_PROGRAMS: dict[str, str] = {
+    "kubectl": "kubernetes-client",
+    "chromium": "chromium",
+    # npm packages the browser and sign-in tests drive (axe-core, oidc-provider): tests/npm.py
+    "node": "nodejs",
+    "npm": "npm",
+}
 
 
 def missing_programs(programs: dict[str, str] = TEST_PROGRAMS) -> dict[str, str]:
