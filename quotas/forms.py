@@ -13,7 +13,7 @@ from django.core.exceptions import ValidationError
 from django.forms.boundfield import BoundField
 from django.utils import timezone
 
-from inventory.models import Cluster, GpuClass
+from inventory.models import MIG_RESOURCE_PREFIX, Cluster, GpuClass
 from portal.fields import strict_datetime
 
 from . import services
@@ -69,6 +69,7 @@ class RequestForm(PortalForm):
     """A new grant: team, namespace, resource, amount, window, justification."""
 
     PERMANENT, WINDOW = "permanent", "window"
+    SLICES_GROUP = "MIG slices that exist now"
 
     team = forms.ModelChoiceField(queryset=Team.objects.none(), empty_label="Choose a team")
     namespace = forms.ModelChoiceField(
@@ -77,7 +78,11 @@ class RequestForm(PortalForm):
         help_text="Only namespaces of the chosen team.",
     )
     resource = forms.ChoiceField(
-        choices=(), help_text="Resources the namespace's cluster advertises."
+        choices=(),
+        help_text=(
+            "Whole GPUs, or MIG slices the namespace's cluster advertises now. For GPUs "
+            "partitioned into a new MIG layout, use the MIG request form."
+        ),
     )
     gpu_class = forms.ModelChoiceField(
         queryset=GpuClass.objects.none(),
@@ -150,7 +155,14 @@ class RequestForm(PortalForm):
             ns = None
         clusters = {ns.cluster} if ns else {n.cluster for n in namespaces}
         names = sorted({r for c in clusters for r in advertised_resources(c)})
-        return [(r, r) for r in names]
+        # Two kinds of asking (issue #12): whole GPUs, or quota on MIG slices nodes already
+        # advertise. A new MIG layout (reconfiguring a GPU) is the MIG request form's job;
+        # the page links there.
+        whole = [(r, r) for r in names if not r.startswith(MIG_RESOURCE_PREFIX)]
+        slices = [(r, r) for r in names if r.startswith(MIG_RESOURCE_PREFIX)]
+        if not slices:
+            return whole
+        return [*whole, (self.SLICES_GROUP, slices)]
 
     def clean(self):
         data = super().clean()

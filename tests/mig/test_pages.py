@@ -259,6 +259,8 @@ def test_new_request_form_offers_cluster_products_and_profiles(client, researche
     assert 'data-validate-url="/api/v1/mig-layouts/validate/"' in html
     assert "js/mig-layout.js" in html
     assert 'name="node"' not in html  # admins only
+    # Quota on slices that exist, and whole GPUs, are the other form's (issue #12).
+    assert reverse("quotas:request-new") in html.split('data-form-kind="mig"')[1][:600]
 
 
 def test_new_request_prefills_from_the_node_page_link(client, researcher, world):

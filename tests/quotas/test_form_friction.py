@@ -143,3 +143,25 @@ def test_the_page_reports_every_problem_in_one_round(client, solo, researcher):
     assert "More than the 16" in " ".join(errors["amount"])
     assert "at least 10 characters" in " ".join(errors["justification"])
     assert not QuotaRequest.objects.exists()
+
+
+def test_the_quota_form_separates_whole_gpus_from_existing_slices_and_points_to_mig(
+    client, solo, researcher
+):
+    # One form per kind of asking: whole GPUs and quota on slices nodes already advertise
+    # here, a new MIG layout (a GPU reconfigured) on the MIG request form; each page says so.
+    make_node(solo["cluster"], "mig-1", resources={"nvidia.com/mig-1g.10gb": (7, 7, 0)}, gpus=1)
+    form = _form(researcher)
+    assert form.fields["resource"].choices == [
+        (GPU, GPU), (RequestForm.SLICES_GROUP, [("nvidia.com/mig-1g.10gb",) * 2]),
+    ]  # fmt: skip
+    bound = _form(researcher, _data(solo["ns"], resource="nvidia.com/mig-1g.10gb", amount="3"))
+    assert bound.is_valid(), bound.errors
+    client.force_login(researcher)
+    quota_page = client.get(reverse("quotas:request-new")).content.decode()
+    assert f'<optgroup label="{RequestForm.SLICES_GROUP}">' in quota_page
+    assert reverse("mig:request-new") in quota_page.split('data-form-kind="quota"')[1][:600]
+
+
+def test_without_mig_slices_the_quota_form_offers_gpus_only(solo, researcher):
+    assert _form(researcher).fields["resource"].choices == [(GPU, GPU)]
