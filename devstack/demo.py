@@ -286,11 +286,20 @@ def _run(
     return code
 
 
+def _backfill_days() -> str:
+    """``DEMO_BACKFILL_DAYS`` as a number (a typo means the default week, 7)."""
+    raw = os.environ.get("DEMO_BACKFILL_DAYS", "7").strip() or "0"
+    try:
+        return f"{max(0.0, float(raw)):g}"
+    except ValueError:
+        return "7"
+
+
 def _backfill(sup: Supervisor, env: dict[str, str], data: Path, py: str) -> bool:
     """A week of the fake agent fleet's history before anything draws it (issue #12
     section 3): ``manage.py backfill_telemetry`` (idempotent: a restart fills only the
     gap). ``DEMO_BACKFILL_DAYS`` (default 7; 0: none). False: the demo is stopping."""
-    days = os.environ.get("DEMO_BACKFILL_DAYS", "7")
+    days = _backfill_days()
     if not (data / "agent-tokens.json").exists() or days in ("", "0"):
         return True
     argv = [py, "manage.py", "backfill_telemetry", "--days", days]
@@ -320,7 +329,8 @@ def _bring_up(
     # Both kubeconfigs of a simulator reappear once it listens (the admin's is written last).
     sims = [("sim", fleet, sport, kubeconfig, portal_kubeconfig)]
     kueue_fleet = os.environ.get("SIM_KUEUE_FLEET", DEFAULT_KUEUE_FLEET)
-    seed = [py, "manage.py", "seed_demo", "--kubeconfig", str(portal_kubeconfig)]
+    seed = [py, "manage.py", "seed_demo", "--kubeconfig", str(portal_kubeconfig),
+            "--history-days", _backfill_days()]  # fmt: skip
     if kueue_fleet:
         kueue_kcs = (data / "kueue.kubeconfig", data / "kueue-portal.kubeconfig")
         kport = sim_port("SIM_KUEUE_PORT", DEFAULT_SIM_PORT + 1)

@@ -14,7 +14,9 @@ Tokens file (the lead's ``seed_demo`` writes it)::
 ``mig`` takes a stock mig-parted config name (``config``: all-disabled, all-balanced,
 all-<profile>) or an explicit ``layout`` (per GPU: ``{"3g.40gb": 2}`` or ``null``).
 ``patterns`` is optional; without it, patterns come from the node name (see
-:func:`node_patterns`), with exactly one hot GPU in the fleet. ``unhealthy`` (optional, a
+:func:`node_patterns`), with exactly one hot GPU in the fleet. ``seed_demo`` writes them
+from the pods placed on each node (:func:`placement_patterns`, with ``"placed": true``), so
+a GPU no pod holds reports no load. ``unhealthy`` (optional, a
 count) makes that many of the node's last GPUs lost (NVML GpuIsLost), as on a node whose
 device plugin marked devices unhealthy (allocatable < capacity).
 
@@ -62,6 +64,14 @@ def node_patterns(node: str, gpus: int, seed: int = 0) -> list[str]:
     return out
 
 
+def placement_patterns(gpus: int, allocated: int, *, idle: bool = False) -> list[str]:
+    """Per-GPU load that agrees with the pods placed on the node (the demo's fleet, issue
+    #12): ``allocated`` GPUs work (``busy``, or ``idle`` for a node whose pods sit idle, the
+    idle insight's example), the rest are ``free``, as the fleet page counts them."""
+    allocated = max(0, min(gpus, allocated))
+    return ["idle" if idle else "busy"] * allocated + ["free"] * (gpus - allocated)
+
+
 def mig_for(spec: dict[str, Any], prod_name: str, gpus: int) -> dict[int, list[str]]:
     """The fake's ``mig`` scenario entry from a tokens-file ``mig`` object."""
     if not spec:
@@ -106,7 +116,12 @@ def scenarios(spec: dict[str, dict[str, Any]], seed: int = 0) -> list[tuple[str,
         mig = mig_for(cfg.get("mig") or {}, prod, gpus)
         lost = lost_indexes(cfg, gpus)
         hot = min(3, gpus - 1)
-        if not hot_given and not mig and gpus > 0 and "patterns" not in cfg and hot not in lost:
+        # The one hot GPU: on the first node whose GPU ``hot`` is busy and not chosen by
+        # hand (patterns from placement, ``placed``, count as not chosen by hand).
+        placed = bool(cfg.get("placed"))
+        chosen = "patterns" in cfg and not placed
+        works = not placed or (hot < len(patterns) and patterns[hot] == "busy")
+        if not hot_given and not mig and gpus > 0 and not chosen and hot not in lost and works:
             patterns[hot] = "hot"
             hot_given = True
         scenario = {

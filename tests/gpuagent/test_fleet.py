@@ -80,3 +80,20 @@ def test_a_node_of_an_unknown_product_is_skipped_not_fatal():
     }
     fleet = Fleet.from_spec(spec, "http://127.0.0.1:9")
     assert [n.name for n in fleet.nodes] == ["good"]
+
+
+def test_placement_patterns_follow_the_pods_and_keep_the_one_hot_gpu():
+    from gpuagent.fleet import placement_patterns, scenarios
+
+    assert placement_patterns(8, 6) == ["busy"] * 6 + ["free"] * 2
+    assert placement_patterns(4, 9) == ["busy"] * 4  # more asked than the node has
+    assert placement_patterns(2, 1, idle=True) == ["idle", "free"]
+    spec = {
+        "a": {"gpus": 8, "patterns": placement_patterns(8, 2), "placed": True},  # GPU 3 free
+        "b": {"gpus": 8, "patterns": placement_patterns(8, 8), "placed": True},
+        "c": {"gpus": 8, "patterns": ["busy"] * 8},  # chosen by hand: never made hot
+    }
+    got = {name: sc["patterns"] for name, _, sc in scenarios(spec)}
+    assert got["a"] == placement_patterns(8, 2)
+    assert got["b"].count("hot") == 1 and got["b"][3] == "hot"
+    assert "hot" not in got["c"]

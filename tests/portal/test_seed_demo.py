@@ -1,7 +1,10 @@
 """seed_demo against the demo fleet: accounts, teams, sample requests; safe to run twice."""
 
+from datetime import timedelta
+
 import pytest
 from django.core.management import call_command
+from django.utils import timezone
 
 from inventory.models import Cluster
 from quotas.models import ForeignQuota, Grant, Membership, QuotaRequest, Team
@@ -52,6 +55,20 @@ def test_seed_demo_is_idempotent_and_makes_the_roles_visible(demo_sim, capsys, s
     assert decisions == {"ml-vision": "adopted", "nlp-research": "adopted",
                          "genomics": "undecided"}  # fmt: skip
     assert Cluster.objects.get(slug="demo").preflight_status == "warning"  # genomics undecided
+    # The fake load follows the pods placed (issue #12): a100-00 runs resnet (4) and detr
+    # (2) of its 8 GPUs, v100-01 only robotics' idle sim-rl-1, a100-01 nothing running.
+    assert fleet["a100-00"]["patterns"] == ["busy"] * 6 + ["free"] * 2
+    assert fleet["v100-01"]["patterns"][:1] == ["idle"]
+    assert set(fleet["v100-01"]["patterns"][1:]) == {"free"}
+    assert set(fleet["a100-01"]["patterns"]) == {"free"}
+    assert "patterns" not in fleet["a100-02"]  # MIG: its slices' own load
+    # Permanent grants have been held for the week the telemetry backfill draws.
+    week_ago = timezone.now() - timedelta(days=7)
+    permanent = Grant.objects.filter(ends_at__isnull=True)
+    assert permanent.exists()
+    assert all(abs((g.starts_at - week_ago).total_seconds()) < 120 for g in permanent)
+    timed = Grant.objects.filter(ends_at__isnull=False).get()
+    assert timed.starts_at > week_ago + timedelta(days=6)  # its window as approved
     call_command("seed_demo", kubeconfig=str(demo_sim))
     assert QuotaRequest.objects.count() == 4 and Team.objects.count() == 4
     # A second run replaces the demo fleet's tokens: the old ones stop working.

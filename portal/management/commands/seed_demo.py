@@ -12,6 +12,7 @@ from django.db import transaction
 from django.test.utils import override_settings
 from django.utils import timezone
 
+from gpuagent.fleet import placement_patterns
 from inventory.models import Cluster
 from inventory.sync import sync_cluster
 
@@ -38,6 +39,32 @@ WEIGHTS = {
     "NVIDIA-H200": "5.0", "NVIDIA-H100-80GB-HBM3": "4.0", "NVIDIA-A100-SXM4-80GB": "2.5",
     "NVIDIA-L40S": "1.2", "NVIDIA-L40S-SHARED": "0.3", "Tesla-V100-SXM2-16GB": "0.6",
 }  # fmt: skip
+
+
+# Pods whose GPUs sit idle in the demo (the idle insight's example: robotics' RL run).
+IDLE_PODS = {"sim-rl-1"}
+
+
+def gpus_held_by_pods(cluster: Cluster) -> dict:
+    """{node id: (whole GPUs requested by its running pods, their names)}, as synced."""
+    from inventory.models import GPU_RESOURCE, GpuPod
+
+    out: dict = {}
+    for pod in GpuPod.objects.filter(cluster=cluster, phase="Running", node__isnull=False):
+        gpus = int(pod.requests.get(GPU_RESOURCE) or 0)
+        if gpus:
+            count, names = out.get(pod.node_id, (0, set()))
+            out[pod.node_id] = (count + gpus, names | {pod.name})
+    return out
+
+
+def held_since(start) -> int:
+    """The seeded permanent grants (baselines, adopted quotas, approved permanent requests)
+    have been held since ``start``: the telemetry backfill's first day, so a fresh demo's
+    showback compares a week of use with a week of grants (issue #12), not with minutes."""
+    from quotas.models import Grant
+
+    return Grant.objects.filter(ends_at__isnull=True, starts_at__gt=start).update(starts_at=start)
 
 
 def unhealthy(node) -> int:
@@ -67,6 +94,10 @@ class Command(BaseCommand):
         )
         parser.add_argument("--kueue-admin-kubeconfig", default="",
                             help="its admin's kubeconfig (creates the demo workloads)")  # fmt: skip
+        parser.add_argument(
+            "--history-days", type=float, default=7,
+            help="permanent grants start this long ago, with the telemetry backfill's week",
+        )  # fmt: skip
 
     def handle(self, *args, **opts):
         kubeconfig = os.path.abspath(opts["kubeconfig"])
@@ -81,6 +112,9 @@ class Command(BaseCommand):
                 "kubeconfig_context": "",
             },
         )
+        from quotas.models import Team
+
+        fresh = not Team.objects.exists()
         run = sync_cluster(cluster, trigger="seed")  # capacity is needed to approve
         if run.error:
             self.stderr.write(f"first sync failed ({run.error}); sample requests skipped")
@@ -98,6 +132,8 @@ class Command(BaseCommand):
                              os.path.abspath(opts["kueue_admin_kubeconfig"]), admin)  # fmt: skip
             clusters.append(kueue)
             weights(kueue)
+        if fresh and opts["history_days"] > 0:
+            held_since(timezone.now() - timedelta(days=opts["history_days"]))
         from inventory.connect import rerun
 
         for c in clusters:  # what the cluster page shows under "Last preflight"
@@ -165,6 +201,7 @@ class Command(BaseCommand):
             revoked_at=timezone.now()
         )
         fleet = {}
+        held = gpus_held_by_pods(cluster)
         for node in Node.objects.filter(cluster=cluster).present().gpu():
             _, raw = tokens.issue(node, created_by=admin, name="demo-fleet")
             fleet[node.name] = {
@@ -177,6 +214,12 @@ class Command(BaseCommand):
                 # device the device plugin marked unhealthy (issue #12).
                 "unhealthy": unhealthy(node),
             }
+            if node.mig_config in ("", "all-disabled"):  # load follows the pods placed
+                allocated, pods = held.get(node.pk, (0, set()))
+                fleet[node.name]["patterns"] = placement_patterns(
+                    node.gpu_count, allocated, idle=bool(pods) and pods <= IDLE_PODS
+                )
+                fleet[node.name]["placed"] = True
         path = settings.DATA_DIR / "agent-tokens.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(fleet, indent=1))
