@@ -18,6 +18,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 WIDTH = 390
 PAGES = ["/", "/nodes/", "/telemetry/", "/teams/", "/requests/", "/requests/new/"]
 ADMIN_PAGES = [*PAGES, "/admin-queue/"]
+TABLET_AND_DESKTOP = (760, 900, 1100, 1280)
 
 
 def _overflowing(page, base: str, paths: list[str]) -> dict[str, int]:
@@ -51,6 +52,19 @@ def _menu_opens(page) -> None:
     assert page.url.endswith("/admin-queue/")
 
 
+def _nav_links_off_screen(page, base: str) -> list[str]:
+    """The admin's header links that are not on screen (the bar used to scroll sideways
+    between 760 and 1100 px, hiding "API docs" and "Admin")."""
+    page.goto(base + "/admin-queue/", wait_until="load")
+    return page.evaluate(
+        """() => [...document.querySelectorAll('#site-nav a')].filter(a => {
+          const r = a.getBoundingClientRect();
+          return r.width === 0 || r.left < 0 || r.right > window.innerWidth
+            || r.right > a.closest('nav').getBoundingClientRect().right + 1;
+        }).map(a => a.textContent.trim())"""
+    )
+
+
 def _renew_on_screen(page, base: str) -> None:
     page.goto(base + "/teams/", wait_until="load")
     renew = page.locator(".table--grants a", has_text="Renew").first
@@ -70,6 +84,7 @@ def test_pages_fit_a_phone_and_the_menu_button_works(demo, live_server):  # noqa
         "bob": (_session_cookie(live_server, users.get(username="bob")), PAGES),
     }
     wide: dict[str, dict[str, int]] = {}
+    hidden: dict[int, list[str]] = {}
     # No ORM call below: playwright's sync API runs an event loop in this thread.
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, headless=True)
@@ -82,9 +97,13 @@ def test_pages_fit_a_phone_and_the_menu_button_works(demo, live_server):  # noqa
                 if name == "admin":
                     page.goto(live_server.url + "/teams/", wait_until="load")
                     _menu_opens(page)
+                    for width in TABLET_AND_DESKTOP:
+                        page.set_viewport_size({"width": width, "height": 900})
+                        hidden[width] = _nav_links_off_screen(page, live_server.url)
                 else:  # a team manager: Renew and Release on every grant row
                     _renew_on_screen(page, live_server.url)
                 context.close()
         finally:
             browser.close()
     assert wide == {"admin": {}, "bob": {}}, wide
+    assert hidden == {width: [] for width in TABLET_AND_DESKTOP}, hidden
