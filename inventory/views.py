@@ -18,6 +18,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 from kombu.exceptions import OperationalError
 
+from portal import sorting
+
 from .connect import connect, describe, rerun
 from .filters import NodeFilter
 from .forms import ClusterForm
@@ -29,6 +31,11 @@ from .summary import class_figures, fleet_summary, fleet_totals
 log = logging.getLogger(__name__)
 
 NODES_PER_PAGE = 50
+# The node table's sortable columns (?sort=gpus, ?sort=-changed, ...).
+NODE_SORTS = {
+    "name": "name", "cluster": "cluster__slug", "product": "gpu_product",
+    "gpus": "gpu_count", "changed": "last_changed_at",
+}  # fmt: skip
 SYNC_RUNS_SHOWN = 20
 
 _present = Q(nodes__gone_at__isnull=True)
@@ -76,7 +83,8 @@ def node_list(request: HttpRequest) -> HttpResponse:
     # Annotated with the lost GPUs, so the badges name the unhealthy one (no extra query).
     queryset = with_suspects(Node.objects.select_related("cluster").prefetch_related("resources"))
     filterset = NodeFilter(request.GET, queryset=queryset)
-    nodes = filterset.qs if filterset.is_valid() else queryset.none()
+    order = sorting.parse(request.GET, NODE_SORTS, "name")
+    nodes = filterset.qs.order_by(*order.order_by) if filterset.is_valid() else queryset.none()
     page = Paginator(nodes, NODES_PER_PAGE).get_page(request.GET.get("page"))
     usual = usual_drivers(Node.objects.all())
     for node in page.object_list:
@@ -96,7 +104,9 @@ def node_list(request: HttpRequest) -> HttpResponse:
             "form": filterset.form,
             "page": page,
             "products": products,
-            "filtered": any(v for k, v in request.GET.items() if k != "page"),
+            "filtered": any(v for k, v in request.GET.items() if k not in ("page", "sort")),
+            "sort_error": order.error,
+            "sorts": sorting.links(request.GET, order, NODE_SORTS),
         },
     )
 
