@@ -63,7 +63,9 @@ class ClusterSerializer(serializers.ModelSerializer):
     is_stale = serializers.BooleanField(read_only=True)
     node_count = serializers.IntegerField(read_only=True)
     # Blank until set (no URL: kubeconfig or in-cluster; no preflight run yet).
-    api_url = serializers.CharField(read_only=True, help_text="empty with a kubeconfig")
+    api_url = serializers.CharField(
+        read_only=True, help_text="empty with a kubeconfig, and for non-admins"
+    )
     preflight_status = serializers.ChoiceField(
         choices=Cluster._meta.get_field("preflight_status").choices,
         allow_blank=True, read_only=True, help_text="empty: no preflight run yet",
@@ -81,6 +83,11 @@ class ClusterSerializer(serializers.ModelSerializer):
             "enforcement",
         ]  # fmt: skip
         read_only_fields = fields
+        extra_kwargs = {
+            name: {"help_text": "empty for non-admins (the portal's own set-up)"}
+            for name in ("kubeconfig_path", "kubeconfig_context", "bearer_token_file",
+                         "missing_permissions")
+        }  # fmt: skip
 
     @extend_schema_field(PreflightReportSerializer(allow_null=True))
     def get_preflight(self, cluster: Cluster) -> dict | None:
@@ -96,7 +103,17 @@ class ClusterSerializer(serializers.ModelSerializer):
         data = super().to_representation(instance)
         if not self._staff:
             data["preflight_namespaces"] = []
+            # How the portal reaches the cluster is the admins' business: file paths on
+            # the portal's host, the kubeconfig context and the API address stay with them.
+            for name in ADMIN_ONLY_CONNECTION:
+                data[name] = ""
+            data["missing_permissions"] = []
         return data
+
+
+# Cluster fields that name files and addresses of the portal's own set-up: empty for
+# members (issue #12 review: GET /clusters/ showed them the kubeconfig's path).
+ADMIN_ONLY_CONNECTION = ("kubeconfig_path", "kubeconfig_context", "api_url", "bearer_token_file")
 
 
 class ClusterConnectSerializer(serializers.ModelSerializer):

@@ -158,6 +158,22 @@ def test_clusters_never_expose_credentials_and_sync_is_admin_only(researcher_api
     assert (runs["count"], runs["results"]) == (0, [])  # paginated like every list
 
 
+def test_members_do_not_see_how_the_portal_reaches_a_cluster(researcher_api, admin_api, fleet):
+    fleet.auth_method, fleet.api_url = "token", "https://10.0.0.7:6443"
+    fleet.bearer_token_file, fleet.kubeconfig_path = "/var/run/portal/prod.token", "/etc/kc"
+    fleet.missing_permissions = ["list nodes"]
+    fleet.save()
+    member = researcher_api.get("/api/v1/clusters/prod/").json()
+    for name in ("kubeconfig_path", "kubeconfig_context", "api_url", "bearer_token_file"):
+        assert member[name] == "", name
+    assert member["missing_permissions"] == [] and "/var/run/portal" not in str(member)
+    listed = researcher_api.get("/api/v1/clusters/").json()["results"]
+    assert "/etc/kc" not in str(listed) and "10.0.0.7" not in str(listed)
+    admin = admin_api.get("/api/v1/clusters/prod/").json()
+    assert admin["bearer_token_file"] == "/var/run/portal/prod.token"
+    assert admin["api_url"] == "https://10.0.0.7:6443" and admin["missing_permissions"]
+
+
 def test_openapi_schema_and_docs(researcher_api, client, researcher):
     r = researcher_api.get("/api/schema/", {"format": "json"})
     assert r.status_code == 200
