@@ -95,6 +95,9 @@ class ApiTokenViewSet(mixins.ListModelMixin, mixins.DestroyModelMixin, viewsets.
 
     serializer_class = ApiTokenSerializer
     filter_backends = []
+    # Revoking stays possible at the members' write limit (portal/throttles.py): a leaked
+    # token must be revocable at once. Listing is a read; a user can only revoke their own.
+    exempt_from_write_limit = True
 
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):

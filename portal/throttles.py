@@ -5,7 +5,9 @@ user, ``MEMBER_WRITE_RATE`` (default 60/min; DRF's ``"N/s|min|hour|day"``). Over
 answer is 429 with ``Retry-After`` (seconds) and a JSON ``detail``. Reads, admins and
 anonymous requests (the token endpoint has its own throttle, agents their own path) are
 not counted, nor are writes refused by their permission (403: DRF checks permissions before
-throttles, and a refused request does no work). Counters live in the Django cache (Redis),
+throttles, and a refused request does no work), nor views that set
+``exempt_from_write_limit`` (revoking one's own API token: a member who hit the limit must
+still be able to revoke a leaked token). Counters live in the Django cache (Redis),
 so all web workers share them.
 """
 
@@ -26,6 +28,8 @@ class MemberWriteThrottle(UserRateThrottle):
     def allow_request(self, request, view) -> bool:
         user = request.user
         if request.method in SAFE_METHODS or not user.is_authenticated or user.is_staff:
+            return True
+        if getattr(view, "exempt_from_write_limit", False):  # e.g. revoking a leaked token
             return True
         self.rate = self.get_rate()
         if self.rate is None:  # MEMBER_WRITE_RATE="" turns the limit off

@@ -30,13 +30,13 @@ def test_member_writes_over_the_rate_get_429_with_retry_after(low_rate):
     api = api_for(member)
     writes = [
         api.post(PREVIEW, {}, format="json"),
-        api.delete("/api/v1/auth/tokens/00000000-0000-0000-0000-000000000000/"),
+        api.post("/api/v1/quota-requests/", {}, format="json"),
         # refused by its permission first (DRF checks permissions, then throttles): no work
         # done, not counted
         api.patch("/api/v1/team-queues/00000000-0000-0000-0000-000000000000/", {}, format="json"),
         api.post(PREVIEW, {}, format="json"),
     ]
-    assert [r.status_code for r in writes] == [400, 404, 403, 400]
+    assert [r.status_code for r in writes] == [400, 400, 403, 400]
     over = api.post(PREVIEW, {}, format="json")
     assert over.status_code == 429
     assert int(over["Retry-After"]) > 0
@@ -55,3 +55,17 @@ def test_empty_rate_turns_the_limit_off(settings):
     settings.MEMBER_WRITE_RATE = ""
     api = api_for(make_user("mia"))
     assert {api.post(PREVIEW, {}, format="json").status_code for _ in range(5)} == {400}
+
+
+def test_a_member_at_the_limit_can_still_revoke_a_token(low_rate):
+    from portal.models import ApiToken
+
+    member = make_user("mia")
+    api = api_for(member)
+    leaked, _ = ApiToken.issue(member, "leaked")
+    for _ in range(3):
+        api.post(PREVIEW, {}, format="json")
+    assert api.post(PREVIEW, {}, format="json").status_code == 429
+    assert api.delete(f"/api/v1/auth/tokens/{leaked.pk}/").status_code == 204
+    leaked.refresh_from_db()
+    assert leaked.revoked_at is not None
