@@ -322,6 +322,14 @@ class QuotaRequest(models.Model):
     grant = models.OneToOneField(
         Grant, on_delete=models.PROTECT, null=True, blank=True, related_name="request"
     )
+    # What the approval gave, kept as decided: the grant itself changes later (a renewal
+    # extends it, a release ends it), and "4 of 6, until ..." must stay true on the page.
+    granted_amount = models.PositiveIntegerField(
+        null=True, blank=True, help_text="empty: nothing granted (yet)"
+    )
+    granted_ends_at = models.DateTimeField(
+        null=True, blank=True, help_text="the approved end; empty and an amount: permanent"
+    )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
 

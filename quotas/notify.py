@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
+from datetime import datetime
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -55,18 +57,27 @@ def _team_people(req: QuotaRequest):
     return [req.requested_by, *managers]
 
 
-def granted(req: QuotaRequest):
-    """What an approval gave: the new grant, or the renewed one; None before approval,
-    after a rejection or cancellation, and for releases (they give nothing)."""
-    if req.kind == QuotaRequest.Kind.NEW:
-        return req.grant if req.grant_id else None
-    if (
-        req.kind == QuotaRequest.Kind.RENEWAL
-        and req.decided_at is not None
-        and req.status not in (QuotaRequest.Status.REJECTED, QuotaRequest.Status.CANCELLED)
-    ):
-        return req.target_grant
-    return None
+@dataclass(frozen=True)
+class Granted:
+    """What an approval gave, as decided (QuotaRequest.granted_*): the grant row itself
+    changes later (a renewal extends it), the decision does not."""
+
+    amount: int
+    starts_at: datetime
+    ends_at: datetime | None
+
+
+def granted(req: QuotaRequest) -> Granted | None:
+    """What an approval gave: for a new grant or a renewal once approved; None before
+    approval, after a rejection or cancellation, and for releases (they give nothing)."""
+    if req.kind == QuotaRequest.Kind.RELEASE or req.decided_at is None:
+        return None
+    if req.status in (QuotaRequest.Status.REJECTED, QuotaRequest.Status.CANCELLED):
+        return None
+    if req.granted_amount is None:  # decided before the fields existed and not backfilled
+        grant = req.grant if req.kind == QuotaRequest.Kind.NEW else req.target_grant
+        return None if grant is None else Granted(grant.amount, grant.starts_at, grant.ends_at)
+    return Granted(req.granted_amount, req.starts_at, req.granted_ends_at)
 
 
 def _window(start, end) -> str:

@@ -190,15 +190,15 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(serializers.IntegerField(allow_null=True))
     def get_granted_amount(self, req: QuotaRequest) -> int | None:
-        grant = notify.granted(req)
-        return None if grant is None else grant.amount
+        gave = notify.granted(req)
+        return None if gave is None else gave.amount
 
     @extend_schema_field(serializers.DateTimeField(allow_null=True))
     def get_granted_ends_at(self, req: QuotaRequest) -> str | None:
-        grant = notify.granted(req)
-        if grant is None or grant.ends_at is None:
+        gave = notify.granted(req)
+        if gave is None or gave.ends_at is None:
             return None
-        return serializers.DateTimeField().to_representation(grant.ends_at)
+        return serializers.DateTimeField().to_representation(gave.ends_at)
 
 
 class QuotaRequestDetailSerializer(QuotaRequestSerializer):

@@ -333,15 +333,17 @@ def approve(
             )  # fmt: skip
             audit.record(by, "grant.created", grant, team=req.team, after=_grant_snapshot(grant))
         req.grant = grant if req.kind == QuotaRequest.Kind.NEW else None
+        req.granted_amount, req.granted_ends_at = amount, window_end  # as decided
         if amount != req.amount or window_end != req.ends_at:
             detail = f"approved {amount}" + (
-                f" until {window_end:%Y-%m-%d %H:%M}" if window_end else ""
+                f" until {window_end:%Y-%m-%d %H:%M} UTC" if window_end else ""
             )
             note = f"{note} ({detail})" if note else detail
     req.decided_by = by if by is not None and by.pk else None
     req.decided_at = now
     req.decision_note = note
-    req.save(update_fields=["grant", "decided_by", "decided_at", "decision_note"])
+    req.save(update_fields=["grant", "decided_by", "decided_at", "decision_note",
+                            "granted_amount", "granted_ends_at"])  # fmt: skip
     _move(req, Status.APPROVED, by, note)
     enqueue_apply(
         req.namespace, reason=req.kind if req.kind != "new" else "approval", requests=[req]

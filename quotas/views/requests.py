@@ -239,6 +239,7 @@ def _detail_context(request: HttpRequest, req: QuotaRequest, **forms) -> dict:
     operations = list(req.operations.all())
     ctx = {
         "req": req,
+        "gave": notify.granted(req),  # as decided; the grant itself may have changed since
         "timeline": _timeline(req),
         "operations": operations,
         "held": any(op.status == "confirm" for op in operations),
@@ -333,6 +334,8 @@ def _approved_message(req: QuotaRequest) -> str:
     amount = notify.amount_text(req) + (" asked" if grant.amount != req.amount else "")
     until = "permanently" if grant.ends_at is None else f"until {grant.ends_at:%Y-%m-%d %H:%M} UTC"
     shorter = " (a shorter window than asked)" if grant.ends_at != req.ends_at else ""
+    if grant.ends_at is not None and req.ends_at is None:
+        shorter = " (asked permanently)"
     return (
         f"Approved {amount} {req.resource} for {req.namespace.name}, {until}{shorter}. "
         "The quota is being applied."

@@ -121,3 +121,28 @@ def test_pending_and_rejected_requests_have_no_granted_amount(setup):
     services.reject(req, setup["admin"], "not now")
     body = api.get(f"/api/v1/quota-requests/{req.pk}/").json()
     assert (body["granted_amount"], body["granted_ends_at"]) == (None, None)
+
+
+def test_a_later_renewal_does_not_rewrite_what_the_first_approval_gave(approved, client):
+    # Seen while writing the user guide: after a renewal extended the grant past what was
+    # first asked, the first request read "-> <the renewed end> (a shorter window than
+    # asked)", and its API granted_ends_at moved with the grant.
+    req, grant = approved["req"], approved["req"].grant
+    renewed_end = approved["asked_end"] + timedelta(days=4)  # later than first asked
+    data = RequestData(team=req.team, namespace=req.namespace, resource=GPU, amount=4,
+                       justification="the sweep needs longer", ends_at=renewed_end,
+                       kind=QuotaRequest.Kind.RENEWAL, target_grant=grant)  # fmt: skip
+    renewal = services.approve(services.submit(approved["alice"], data), approved["admin"])
+    grant.refresh_from_db()
+    assert grant.ends_at == renewed_end
+    text = _text(client.get(reverse("quotas:request", args=[req.pk])))
+    first_end, now_end = (f"{d:%Y-%m-%d %H:%M}" for d in (approved["granted_end"], renewed_end))
+    assert f"→ {first_end} (a shorter window than asked)" in text
+    assert "Grant now UTC" in text and f"→ {now_end} (changed since: renewed)" in text
+    body = api_for(approved["alice"]).get(f"/api/v1/quota-requests/{req.pk}/").json()
+    assert body["granted_ends_at"].startswith(f"{approved['granted_end']:%Y-%m-%dT%H:%M}")
+    renewal_body = api_for(approved["alice"]).get(f"/api/v1/quota-requests/{renewal.pk}/").json()
+    assert renewal_body["granted_ends_at"].startswith(f"{renewed_end:%Y-%m-%dT%H:%M}")
+    assert renewal_body["granted_amount"] == 4
+    listed = _text(client.get(reverse("quotas:requests")))
+    assert "(shorter than asked)" in listed  # the first request's row, as approved
