@@ -17,6 +17,7 @@ from inventory.models import Cluster, Node
 from quotas.forms import PortalForm
 from quotas.models import Team, TeamNamespace
 
+from . import services
 from .catalog import PRODUCTS, Product
 from .models import MigRequest
 
@@ -107,7 +108,7 @@ class MigRequestForm(PortalForm):
             self.fields["node"].queryset = (
                 Node.objects.present()
                 .filter(cluster__in={c.pk for cs in products.values() for c in cs})
-                .filter(mig_capable=True)
+                .filter(mig_capable=True, mig_strategy__in=services.STRATEGIES)
                 .select_related("cluster")
                 .order_by("cluster__slug", "name")
             )

@@ -54,10 +54,22 @@ def product_of(node: Node) -> catalog.Product | None:
         return None
 
 
-def mig_nodes(cluster: Cluster, product: catalog.Product) -> list[Node]:
-    """Present MIG-capable nodes of ``product`` in the cluster."""
+def mig_nodes(
+    cluster: Cluster, product: catalog.Product, *, enabled: bool = True
+) -> list[Node]:
+    """Present MIG-capable nodes of ``product`` in the cluster; ``enabled``: only those
+    whose ``nvidia.com/mig.strategy`` is single or mixed (with ``none`` or no label the
+    device plugin advertises no MIG devices, so a layout there would never be usable)."""
     nodes = Node.objects.present().filter(cluster=cluster, mig_capable=True).order_by("name")
+    if enabled:
+        nodes = nodes.filter(mig_strategy__in=STRATEGIES)
     return [n for n in nodes if (p := product_of(n)) is not None and p.name == product.name]
+
+
+MIG_DISABLED = (
+    "MIG is disabled on {cluster}'s {product} nodes (nvidia.com/mig.strategy is none): an "
+    "admin enables a MIG strategy in the GPU Operator first."
+)
 
 
 def node_strategy(node: Node) -> str:
@@ -129,6 +141,11 @@ def validate(user, data: MigRequestData) -> MigRequestData:
             errors["node"] = f"Node {node.name} is not in cluster {cluster.slug}."
         elif not node.mig_capable:
             errors["node"] = f"Node {node.name} is not MIG-capable."
+        elif node.mig_strategy not in STRATEGIES:
+            errors["node"] = (
+                f"MIG is disabled on node {node.name} (nvidia.com/mig.strategy is "
+                f"{node.mig_strategy or 'not set'})."
+            )
         if not data.product:
             data.product = node.base_product
     product = None
@@ -145,15 +162,21 @@ def validate(user, data: MigRequestData) -> MigRequestData:
         if node is not None and "node" not in errors and product_of(node) != product:
             errors["node"] = f"Node {node.name} has {node.gpu_product}, not {product.name}."
         elif not nodes:
-            errors["product"] = f"Cluster {cluster.slug} has no MIG-capable {product.name} node."
-        elif gpus_ok:
-            most = max(n.gpu_count for n in nodes)
-            if data.gpus > most:
-                errors["gpus"] = f"A {product.name} node here has at most {most} GPUs."
-            else:
-                problems = _check_layout(product, data.layout, data.gpus, cluster_strategy(nodes))
-                if problems:
-                    errors["layout"] = " ".join(problems)
+            errors["product"] = (
+                MIG_DISABLED.format(cluster=cluster.slug, product=product.name)
+                if mig_nodes(cluster, product, enabled=False)
+                else f"Cluster {cluster.slug} has no MIG-capable {product.name} node."
+            )
+        else:
+            # Every problem in one round: the layout is checked whatever the GPU count.
+            if gpus_ok and data.gpus > (most := max(n.gpu_count for n in nodes)):
+                errors["gpus"] = f"Nodes of {product.name} here have at most {most} GPUs."
+            problems = _check_layout(
+                product, data.layout, data.gpus if gpus_ok and "gpus" not in errors else 1,
+                cluster_strategy(nodes),
+            )  # fmt: skip
+            if problems:
+                errors["layout"] = problems
     data.justification = clean_justification(data.justification, errors)
     if errors:
         raise ValidationError(errors)

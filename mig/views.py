@@ -119,11 +119,12 @@ def visible_requests(user) -> QuerySet[MigRequest]:
 
 
 def _products_for(teams: QuerySet[Team]) -> dict[str, list]:
-    """Catalog products of present MIG-capable nodes in the clusters of ``teams``'
-    namespaces: {product: [clusters]} (one query)."""
+    """Catalog products of present MIG-capable nodes with MIG enabled (a single or mixed
+    strategy) in the clusters of ``teams``' namespaces: {product: [clusters]} (one query)."""
     clusters = TeamNamespace.objects.filter(team__in=teams).values("cluster_id")
     out: dict[str, list] = {}
-    for node in _mig_nodes().filter(cluster__in=clusters).prefetch_related(None):
+    nodes = _mig_nodes().filter(cluster__in=clusters, mig_strategy__in=services.STRATEGIES)
+    for node in nodes.prefetch_related(None):
         product = services.product_of(node)
         if product is not None and node.cluster not in out.setdefault(product.name, []):
             out[product.name].append(node.cluster)

@@ -253,7 +253,11 @@ def _form(world, **over):
 
 
 def test_new_request_form_offers_cluster_products_and_profiles(client, researcher, world):
+    # An H100 with MIG disabled (mig.strategy none) is not offered: nothing could run there.
+    make_node(world["cluster"], "h100-off", product="NVIDIA-H100-80GB-HBM3", gpus=8,
+              mig_capable=True, mig_strategy="none")  # fmt: skip
     html = _login(client, researcher).get(reverse("mig:request-new")).content.decode()
+    assert '<option value="H100-80GB"' not in html
     assert '<option value="A100-80GB"' in html
     assert 'name="p-a100-80gb-1g-10gb-me"' in html
     assert 'data-validate-url="/api/v1/mig-layouts/validate/"' in html

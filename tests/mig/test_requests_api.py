@@ -83,6 +83,31 @@ def test_bad_requests_are_400_with_a_reason(world, change, field, words):
     assert not MigRequest.objects.exists()
 
 
+def test_every_problem_comes_in_one_round_as_a_list(world):
+    # Too many GPUs used to hide the layout's own errors, and several layout errors came
+    # joined into one string.
+    r = world.rob.post(URL, body(gpus=20, layout={"5g.50gb": 1, "1g.10gb": 0}), format="json")
+    assert r.status_code == 400
+    errors = r.json()
+    assert errors["gpus"] == ["Nodes of A100-80GB here have at most 8 GPUs."]
+    assert isinstance(errors["layout"], list) and len(errors["layout"]) >= 2, errors
+
+
+def test_no_mig_request_where_mig_is_disabled(world):
+    # mig.strategy none (or no label): the device plugin advertises no MIG devices there,
+    # so a layout would never be usable (seen on the demo's Kueue cluster's H100s).
+    h100 = world.cluster.nodes.get(name="h100-00")
+    h100.mig_strategy = "none"
+    h100.save(update_fields=["mig_strategy"])
+    r = world.rob.post(URL, body(product="H100-80GB", layout={"3g.40gb": 2}), format="json")
+    assert r.status_code == 400
+    assert "MIG is disabled on prod's H100-80GB nodes" in str(r.json()["product"])
+    r = world.admin.post(URL, body(product="", node="h100-00", layout={"3g.40gb": 2}),
+                         format="json")  # fmt: skip
+    assert r.status_code == 400 and "MIG is disabled on node h100-00" in str(r.json()["node"])
+    assert not MigRequest.objects.exists()
+
+
 def test_admin_names_a_node_and_the_product_follows(world):
     r = world.admin.post(URL, body(product="", node="h100-00", layout={"3g.40gb": 2}),
                          format="json")  # fmt: skip
