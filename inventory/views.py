@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 NODES_PER_PAGE = 50
 # The node table's sortable columns (?sort=gpus, ?sort=-changed, ...).
 NODE_SORTS = {
-    "name": "name", "cluster": "cluster__slug", "product": "gpu_product",
+    "name": "name", "cluster": "cluster__name", "product": "gpu_product",
     "gpus": "gpu_count", "changed": "last_changed_at",
 }  # fmt: skip
 SYNC_RUNS_SHOWN = 20
@@ -83,7 +83,7 @@ def node_list(request: HttpRequest) -> HttpResponse:
     # Annotated with the lost GPUs, so the badges name the unhealthy one (no extra query).
     queryset = with_suspects(Node.objects.select_related("cluster").prefetch_related("resources"))
     filterset = NodeFilter(request.GET, queryset=queryset)
-    order = sorting.parse(request.GET, NODE_SORTS, "name")
+    order = sorting.parse(request.GET, NODE_SORTS, "cluster", tie="name")  # Node's own order
     nodes = filterset.qs.order_by(*order.order_by) if filterset.is_valid() else queryset.none()
     page = Paginator(nodes, NODES_PER_PAGE).get_page(request.GET.get("page"))
     usual = usual_drivers(Node.objects.all())

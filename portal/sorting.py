@@ -22,8 +22,9 @@ class Sorted:
     error: str = ""
 
 
-def parse(query: QueryDict, columns: dict[str, str], default: str) -> Sorted:
-    """``columns``: sort key -> model field. ``default`` names one of them."""
+def parse(query: QueryDict, columns: dict[str, str], default: str, tie: str = "pk") -> Sorted:
+    """``columns``: sort key -> model field; ``default`` names one of them; ``tie``: the
+    field that orders rows equal in the chosen column."""
     raw = (query.get("sort") or default).strip()
     key, descending = raw.removeprefix("-"), raw.startswith("-")
     error = ""
@@ -31,9 +32,10 @@ def parse(query: QueryDict, columns: dict[str, str], default: str) -> Sorted:
         error = f"Sort: unknown column {raw!r}; use one of {', '.join(sorted(columns))}."
         key, descending = default, False
     field = columns[key]
-    tie = columns[default]
     order = [f"-{field}" if descending else field]
-    if field != tie:
+    if key == default and not descending:
+        order = [field, *(f for f in (tie,) if f != field)]
+    elif field != tie:
         order.append(tie)
     return Sorted(key, descending, order, error)
 
