@@ -183,6 +183,10 @@ def _succeed(req: MigRequest) -> None:
         after={"status": req.status, "node": req.node.name, "config": req.config_name,
                "granted": req.granted},
     )  # fmt: skip
+    from .services import notify_team  # in-app notice + webhooks (notices/)
+
+    notify_team(req, "mig_finished", f"MIG run finished: {req.layout_text} on {req.node.name}",
+                f"The node is now in MIG config {req.config_name}.")  # fmt: skip
 
 
 def fail_run(ctx: Ctx, error: str, keep_cordoned: str = "") -> None:

@@ -54,9 +54,7 @@ def product_of(node: Node) -> catalog.Product | None:
         return None
 
 
-def mig_nodes(
-    cluster: Cluster, product: catalog.Product, *, enabled: bool = True
-) -> list[Node]:
+def mig_nodes(cluster: Cluster, product: catalog.Product, *, enabled: bool = True) -> list[Node]:
     """Present MIG-capable nodes of ``product`` in the cluster; ``enabled``: only those
     whose ``nvidia.com/mig.strategy`` is single or mixed (with ``none`` or no label the
     device plugin advertises no MIG devices, so a layout there would never be usable)."""
@@ -386,6 +384,8 @@ def approve(req: MigRequest, by, *, node: Node, drain_policy: str, note: str = "
     _create_steps(req, APPLY_STEPS, skip)
     _audit(by, "approved", req, MigRequest.Status.PENDING, note=req.decision_note,
            node=node.name, drain_policy=drain_policy, config=name)  # fmt: skip
+    notify_team(req, "mig_decided", f"MIG request approved: {req.layout_text} on {node.name}",
+                req.decision_note)  # fmt: skip
     _start(req)
     return req
 
@@ -400,6 +400,7 @@ def reject(req: MigRequest, by, reason: str) -> MigRequest:
     req.reject(by, reason[:2000])
     req.save()
     _audit(by, "rejected", req, before, note=reason)
+    notify_team(req, "mig_decided", f"MIG request rejected: {req.layout_text}", reason)
     return req
 
 
@@ -462,8 +463,6 @@ def alert_admins(req: MigRequest, stuck: bool = False) -> None:
         get_user_model().objects.filter(is_staff=True, is_active=True)
         .exclude(email="").values_list("email", flat=True)
     )  # fmt: skip
-    if not emails:
-        return
     node = req.node.name if req.node else "?"
     subject = f"[GPU portal] MIG reconfiguration of {node} failed"
     if stuck:
@@ -478,6 +477,7 @@ def alert_admins(req: MigRequest, stuck: bool = False) -> None:
         f"Its previous config was {req.previous_config or '?'}; "
         "an admin can revert to it from the request's page or the API.\n"
     )
+    notify_team(req, "mig_failed", subject.removeprefix("[GPU portal] "), body, admins=True)
 
     def deliver() -> None:
         try:
@@ -487,4 +487,28 @@ def alert_admins(req: MigRequest, stuck: bool = False) -> None:
 
             logging.getLogger(__name__).exception("could not e-mail the MIG failure alert")
 
-    transaction.on_commit(deliver)
+    if emails:
+        transaction.on_commit(deliver)
+
+
+# -- in-app notices and webhooks (notices/, issue #12 section 2) ----------------------------
+
+
+def notify_team(req: MigRequest, event: str, title: str, body: str = "", *,
+                admins: bool = False) -> None:  # fmt: skip
+    """The requester and the team's managers (with ``admins``: every admin too) get an
+    in-app notice, and the event's webhooks are told, when the caller's transaction
+    commits."""
+    from django.urls import reverse
+
+    import notices
+    from quotas.models import Membership
+
+    people = [req.requested_by, *(
+        m.user for m in Membership.objects.filter(team=req.team, role=Membership.Role.MANAGER)
+        .select_related("user")
+    )]  # fmt: skip
+    if admins:
+        people += list(get_user_model().objects.filter(is_staff=True, is_active=True))
+    notices.notify(people, event=event, title=title, body=body or "",
+                   url=reverse("mig:request", args=[req.pk]), team=req.team)  # fmt: skip

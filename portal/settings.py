@@ -359,3 +359,18 @@ REST_FRAMEWORK["DEFAULT_THROTTLE_CLASSES"] = [
 # WHITENOISE_USE_FINDERS=True so WhiteNoise serves static/ and the apps' files without a
 # collectstatic; elsewhere WhiteNoise's own default (DEBUG) holds.
 WHITENOISE_USE_FINDERS = env.bool("WHITENOISE_USE_FINDERS", default=DEBUG)
+
+# In-app notifications and webhooks (issue #12 section 2): notices/, docs "Notifications".
+# The header's unread count comes from a context processor (one COUNT, signed-in only).
+# Webhook deliveries are outbox rows sent by Celery: NOTICES_WEBHOOK_TIMEOUT_SECONDS per
+# POST, retried after BACKOFF x 2^(attempt-1) up to MAX_ATTEMPTS, re-sent by beat.
+INSTALLED_APPS += ["notices"]
+TEMPLATES[0]["OPTIONS"]["context_processors"].append("notices.context_processors.unread")
+NOTICES_WEBHOOK_TIMEOUT_SECONDS = env.float("NOTICES_WEBHOOK_TIMEOUT_SECONDS", default=5.0)
+NOTICES_WEBHOOK_MAX_ATTEMPTS = env.int("NOTICES_WEBHOOK_MAX_ATTEMPTS", default=6)
+NOTICES_WEBHOOK_BACKOFF_SECONDS = env.float("NOTICES_WEBHOOK_BACKOFF_SECONDS", default=30.0)
+CELERY_BEAT_SCHEDULE["notices-redispatch-webhooks"] = {
+    "task": "notices.tasks.redispatch_webhooks",
+    "schedule": timedelta(seconds=env.int("NOTICES_WEBHOOK_REDISPATCH_INTERVAL", default=30)),
+}
+

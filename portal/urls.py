@@ -37,6 +37,7 @@ urlpatterns = [
     path("api/v1/", include((api_v1, "api"), namespace="api")),
     path("api/v1/", include("mig.api_urls")),
     path("api/v1/", include("nodelabels.api_urls")),
+    path("api/v1/", include("notices.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     # The split view serves Swagger UI's init script from a URL: no inline script (CSP).
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="api-docs"),
@@ -52,5 +53,6 @@ urlpatterns = [
     path("mig/", include("mig.urls")),
     path("node-labels/", include("nodelabels.urls")),
     path("telemetry/", include("telemetry.urls")),
+    path("", include("notices.urls")),
     path("", include("inventory.urls")),
 ]

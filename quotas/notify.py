@@ -28,8 +28,11 @@ def _recipients(users, kind: str) -> list[str]:
     return sorted({u.email for u in users if u is not None and u.email and u.pk not in opted_out})
 
 
-def _send(kind: str, users, subject: str, body: str) -> None:
-    to = _recipients(list(users), kind)
+def _send(kind: str, users, subject: str, body: str, *, url: str = "", team=None,
+          webhook: bool = True) -> None:  # fmt: skip
+    users = list(users)
+    _in_app(kind, users, subject, body, url, team, webhook)
+    to = _recipients(users, kind)
     if not to:
         return
     messages = [(subject, body, settings.DEFAULT_FROM_EMAIL, [address]) for address in to]
@@ -41,6 +44,16 @@ def _send(kind: str, users, subject: str, body: str) -> None:
             log.exception("could not send %s notification to %s", kind, to)
 
     transaction.on_commit(deliver)
+
+
+def _in_app(kind: str, users, subject: str, body: str, url: str, team, webhook: bool) -> None:
+    """The same people get an in-app notice (notices/), whatever their e-mail opt-outs;
+    ``webhook``: also tell the event's webhooks."""
+    import notices
+
+    text = "\n".join(line for line in body.splitlines() if not url or line.strip() != url)
+    notices.notify(users, event=kind, title=subject.removeprefix("[GPU portal] "),
+                   body=text.strip(), url=url, team=team, webhook=webhook)  # fmt: skip
 
 
 def _link(req: QuotaRequest) -> str:
@@ -120,6 +133,7 @@ def new_request(req: QuotaRequest) -> None:
         Kind.NEW_REQUEST, admins,
         f"[GPU portal] {req.team.name} asks for {req.amount} {req.resource}",
         f"{req.requested_by} asks for {_describe(req)}.\n\n{req.justification}\n\n{_link(req)}\n",
+        url=_link(req), team=req.team,
     )  # fmt: skip
 
 
@@ -130,6 +144,7 @@ def decided(req: QuotaRequest) -> None:
         kind, _team_people(req),
         f"[GPU portal] request {req.status}: {amount_text(req)} {req.resource} for {req.team.name}",
         f"Your request for {_describe(req)} was {req.status}.{note}\n{_link(req)}\n",
+        url=_link(req), team=req.team,
     )  # fmt: skip
 
 
@@ -138,6 +153,7 @@ def applied(req: QuotaRequest) -> None:
         Kind.APPLIED, _team_people(req),
         f"[GPU portal] quota applied in {req.namespace}",
         f"The cluster now enforces the quota for {_describe(req)}.\n{_link(req)}\n",
+        url=_link(req), team=req.team,
     )  # fmt: skip
 
 
@@ -147,6 +163,7 @@ def failed(req: QuotaRequest, error: str) -> None:
         Kind.FAILED, [*_team_people(req), *admins],
         f"[GPU portal] applying the quota in {req.namespace} failed",
         f"Applying {_describe(req)} failed: {error}\nAn admin has been told.\n{_link(req)}\n",
+        url=_link(req), team=req.team,
     )  # fmt: skip
 
 
@@ -182,6 +199,7 @@ def grant_expiring(
         f"The grant of {grant.amount} x {grant.resource} in {grant.namespace} ends on "
         f"{grant.ends_at:%Y-%m-%d %H:%M} UTC. Ask for a renewal on the team page if you "
         f"still need it.\n{_below_usage(lowering, backend)}",
+        url=reverse("quotas:grant-renew", args=[grant.pk]), team=team,
     )  # fmt: skip
 
 
@@ -193,6 +211,7 @@ def grant_expired(grant, lowering: dict | None = None, backend: str = "resourceq
         f"[GPU portal] {grant.amount} {grant.resource} in {grant.namespace} has ended",
         f"The grant of {grant.amount} x {grant.resource} in {grant.namespace} ended; the "
         f"namespace's quota now counts its remaining grants.\n{_below_usage(lowering, backend)}",
+        url=reverse("quotas:namespace", args=[grant.namespace_id]), team=team,
     )  # fmt: skip
 
 
@@ -207,6 +226,7 @@ def lowering_held(op, text: str) -> None:
         f"Applying the quota of {ns} ({op.reason}) {text}.\nRunning pods keep running; the "
         f"team's next pods would be refused. Nothing is written until an admin confirms:\n"
         f"{link}\n",
+        url=link, team=ns.team,
     )  # fmt: skip
 
 
@@ -229,6 +249,7 @@ def membership_changed(team, user, by, to_user: str, to_managers: str) -> None:
         MEMBERSHIP, [user],
         f"[GPU portal] {actor} {to_user}",
         f"{actor} {to_user}.\n\nWho is in the team: {link}\n",
+        url=link, team=team, webhook=False,  # webhooks get the managers' wording below
     )  # fmt: skip
     managers = [
         m.user
@@ -240,4 +261,5 @@ def membership_changed(team, user, by, to_user: str, to_managers: str) -> None:
         MEMBERSHIP, managers,
         f"[GPU portal] {team.name}: {actor} {to_managers}",
         f"{actor} {to_managers} in {team.name}.\n\nMembers and roles: {link}\n",
+        url=link, team=team,
     )  # fmt: skip

@@ -33,6 +33,10 @@ NOT_PAGES = {
     "inventory:cluster-preflight", "inventory:cluster-sync", "token-revoke", "logout",
 }  # fmt: skip
 PAGE_NAMESPACES = {"quotas", "mig", "nodelabels", "telemetry", "inventory", ""}
+# Notifications and webhooks (issue #12 section 2): POST-only actions and the redirect.
+NOT_PAGES |= {"notices:read-all", "notices:open", "notices:webhook-test",
+              "notices:delivery-retry"}  # fmt: skip
+PAGE_NAMESPACES |= {"notices"}
 
 RECORD_VIOLATIONS = """
 window.__csp = [];
@@ -156,6 +160,16 @@ def _pages(user) -> list[str]:
             pages.append(f"/namespaces/{ns.pk}/quotas/{fq.pk}/remove/")
     else:
         pages.append("/admin-queue/")  # the 403 page
+    # Notifications (issue #12 section 2): everyone's list; the webhook pages (staff).
+    pages.append("/notifications/")
+    if user.is_staff:
+        from notices.models import Webhook
+
+        hook = Webhook.objects.first() or Webhook.objects.create(
+            name="CSP check", url="https://hooks.example.org/portal", secret="csp"
+        )
+        pages += ["/admin-webhooks/", "/admin-webhooks/new/", f"/admin-webhooks/{hook.pk}/edit/",
+                  f"/admin-webhooks/{hook.pk}/delete/"]  # fmt: skip
     return pages
 
 

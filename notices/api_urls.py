@@ -1,0 +1,5 @@
+"""Notification routes under /api/v1/."""
+
+from .api import urlpatterns
+
+__all__ = ["urlpatterns"]
