@@ -17,7 +17,10 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
+from discussion import progress as live_progress
+from discussion import thread
 from inventory.models import GPU_RESOURCE, Node
+from quotas import decision_time
 from quotas.models import Team, TeamNamespace
 from quotas.scoping import visible_to
 
@@ -238,6 +241,11 @@ def _detail_context(request: HttpRequest, req: MigRequest, **forms) -> dict:
         "can_revert": user.is_staff and req.can_revert,
         "reverts": list(req.reverted_by.order_by("-created_at")),
     }
+    # Comment thread, live progress, typical time to a decision (discussion app).
+    ctx.update(thread.context(req, forms.get("comment_form")))
+    ctx.update(live_progress.mig_context(req))
+    if req.status == MigRequest.Status.PENDING:
+        ctx["decision"] = decision_time.mig_decisions()
     if user.is_staff and req.status == MigRequest.Status.PENDING:
         proposals = services.with_health(services.propose_nodes(req))
         best = services.preferred(proposals)

@@ -374,3 +374,7 @@ CELERY_BEAT_SCHEDULE["notices-redispatch-webhooks"] = {
     "schedule": timedelta(seconds=env.int("NOTICES_WEBHOOK_REDISPATCH_INTERVAL", default=30)),
 }
 
+# Comment threads on requests and live progress fragments (issue #12 section 2):
+# discussion/, docs "Comments and live progress".
+INSTALLED_APPS += ["discussion"]
+

@@ -37,6 +37,7 @@ urlpatterns = [
     path("api/v1/", include((api_v1, "api"), namespace="api")),
     path("api/v1/", include("mig.api_urls")),
     path("api/v1/", include("nodelabels.api_urls")),
+    path("api/v1/", include("discussion.api")),  # request comment threads
     path("api/v1/", include("notices.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     # The split view serves Swagger UI's init script from a URL: no inline script (CSP).
@@ -50,6 +51,7 @@ urlpatterns = [
     path("account/", views.account, name="account"),
     path("account/tokens/<uuid:pk>/revoke/", views.revoke_token, name="token-revoke"),
     path("", include("quotas.urls")),
+    path("", include("discussion.urls")),  # request comments, live progress fragments
     path("mig/", include("mig.urls")),
     path("node-labels/", include("nodelabels.urls")),
     path("telemetry/", include("telemetry.urls")),

@@ -15,9 +15,11 @@ from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
+from discussion import progress as live_progress
+from discussion import thread
 from mig.models import MigRequest
 
-from .. import inbox, notify, preview, services
+from .. import decision_time, inbox, notify, preview, services
 from ..capacity import Headroom, headroom
 from ..forms import (
     ApproveForm,
@@ -246,6 +248,11 @@ def _detail_context(request: HttpRequest, req: QuotaRequest, **forms) -> dict:
         "can_cancel": pending and _can_cancel(user, req),
         "next": reverse("quotas:request", args=[req.pk]),
     }
+    # Comment thread, live progress, typical time to a decision (discussion app).
+    ctx.update(thread.context(req, forms.get("comment_form")))
+    ctx.update(live_progress.quota_context(req, operations))
+    if pending:
+        ctx.update(decision=decision_time.quota_decisions(), apply=decision_time.quota_applies())
     if pending and user.is_staff:
         room = _headroom(req)
         ctx.update(

@@ -37,6 +37,10 @@ PAGE_NAMESPACES = {"quotas", "mig", "nodelabels", "telemetry", "inventory", ""}
 NOT_PAGES |= {"notices:read-all", "notices:open", "notices:webhook-test",
               "notices:delivery-retry"}  # fmt: skip
 PAGE_NAMESPACES |= {"notices"}
+# Request comment threads and live progress (discussion/): the comment forms are POST-only;
+# the progress fragments are GET routes, visited below like pages.
+NOT_PAGES |= {"discussion:request-comment", "discussion:mig-request-comment"}
+PAGE_NAMESPACES |= {"discussion"}
 
 RECORD_VIOLATIONS = """
 window.__csp = [];
@@ -145,6 +149,8 @@ def _pages(user) -> list[str]:
         pages.append(f"/teams/{team.slug}/members/{member.user.get_username()}/remove/")
     if mig is not None:
         pages += [f"/mig/requests/{mig.pk}/", f"/mig/requests/{mig.pk}/cancel/"]
+        pages.append(f"/mig/requests/{mig.pk}/progress/")  # its live fragment
+    pages.append(f"/requests/{req.pk}/progress/")  # a quota request's live fragment
     if user.is_staff:
         pages += [
             "/admin-queue/", "/capacity/", "/audit/", "/namespaces/new/",
