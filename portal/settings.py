@@ -378,3 +378,37 @@ CELERY_BEAT_SCHEDULE["notices-redispatch-webhooks"] = {
 # discussion/, docs "Comments and live progress".
 INSTALLED_APPS += ["discussion"]
 
+# Single sign-on with OpenID Connect (issue #12 section 1): portal/sso/, docs "Single
+# sign-on". Off unless OIDC_ISSUER, OIDC_CLIENT_ID and OIDC_CLIENT_SECRET (or
+# OIDC_CLIENT_SECRET_FILE) are set. Endpoints: OIDC_*_ENDPOINT / OIDC_JWKS_URI, else the
+# issuer's discovery document, read on first use (not at start-up) and cached. Accounts are
+# matched by issuer + sub, never silently by e-mail (OIDC_LINK_EXISTING: none | username |
+# email); group rules are edited in the admin and re-applied at every sign-in.
+INSTALLED_APPS += ["portal.sso"]
+SSO_ISSUER = env.str("OIDC_ISSUER", default="").rstrip("/")
+OIDC_RP_CLIENT_ID = env.str("OIDC_CLIENT_ID", default="")
+OIDC_RP_CLIENT_SECRET = secret("OIDC_CLIENT_SECRET") or ""
+SSO_ENABLED = bool(SSO_ISSUER and OIDC_RP_CLIENT_ID and OIDC_RP_CLIENT_SECRET)
+SSO_PROVIDER_NAME = env.str("OIDC_PROVIDER_NAME", default="single sign-on")
+SSO_USERNAME_CLAIM = env.str("OIDC_USERNAME_CLAIM", default="preferred_username")
+SSO_GROUPS_CLAIM = env.str("OIDC_GROUPS_CLAIM", default="groups")
+SSO_LINK_EXISTING = env.str("OIDC_LINK_EXISTING", default="none")
+SSO_DISCOVERY_TTL = env.int("OIDC_DISCOVERY_TTL", default=3600)
+SSO_ENDPOINTS = {
+    "authorization_endpoint": env.str("OIDC_AUTHORIZATION_ENDPOINT", default=""),
+    "token_endpoint": env.str("OIDC_TOKEN_ENDPOINT", default=""),
+    "userinfo_endpoint": env.str("OIDC_USERINFO_ENDPOINT", default=""),
+    "jwks_uri": env.str("OIDC_JWKS_URI", default=""),
+}
+OIDC_RP_SCOPES = env.str("OIDC_SCOPES", default="openid email profile")
+OIDC_RP_SIGN_ALGO = env.str("OIDC_SIGN_ALGO", default="RS256")
+OIDC_USE_PKCE = env.bool("OIDC_USE_PKCE", default=True)
+OIDC_TOKEN_USE_BASIC_AUTH = (
+    env.str("OIDC_TOKEN_AUTH_METHOD", default="client_secret_basic") == "client_secret_basic"
+)
+OIDC_TIMEOUT = env.float("OIDC_TIMEOUT", default=10.0)
+OIDC_VERIFY_SSL = env.str("OIDC_CA_BUNDLE", default="") or True
+OIDC_AUTHENTICATE_CLASS = "portal.sso.views.Authenticate"
+OIDC_CALLBACK_CLASS = "portal.sso.views.Callback"
+if SSO_ENABLED:
+    AUTHENTICATION_BACKENDS = [*AUTHENTICATION_BACKENDS, "portal.sso.backend.SsoBackend"]

@@ -47,6 +47,7 @@ urlpatterns = [
     path("metrics", health.metrics, name="metrics"),
     path("admin/", admin.site.urls),
     path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("sso/", include("portal.sso.urls")),  # single sign-on (404 while it is off)
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("account/", views.account, name="account"),
     path("account/tokens/<uuid:pk>/revoke/", views.revoke_token, name="token-revoke"),
