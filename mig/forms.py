@@ -140,6 +140,11 @@ class MigRequestForm(PortalForm):
                 names.append((name, profile.name))
             self.profile_fields[product.name] = names
         if not self.is_bound:
+            # One team (with several namespaces) or one namespace: nothing to choose there,
+            # as on the quota form.
+            only_teams = list(self.fields["team"].queryset[:2])
+            if len(only_teams) == 1:
+                self.initial.setdefault("team", only_teams[0].pk)
             only_namespaces = list(namespaces[:2])
             if len(only_namespaces) == 1:
                 self.initial.setdefault("namespace", only_namespaces[0].pk)

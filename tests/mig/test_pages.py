@@ -519,3 +519,18 @@ def test_failed_run_offers_revert_to_staff_only(client, researcher, admin_user, 
 def test_nav_has_mig_for_everyone(client, researcher, world):
     html = _login(client, researcher).get(reverse("mig:index")).content.decode()
     assert re.search(r'<a href="/mig/" aria-current="page">MIG</a>', html)
+
+
+def test_the_only_team_is_preselected_even_with_two_namespaces(client, researcher, world):
+    import re
+
+    make_namespace(world["team"], world["cluster"], "ml-vision-batch")
+    html = _login(client, researcher).get(reverse("mig:request-new")).content.decode()
+
+    def chosen(name: str) -> str | None:
+        select = re.search(rf'<select name="{name}".*?</select>', html, re.S).group(0)
+        found = re.search(r'<option value="([^"]*)"[^>]*\bselected\b', select)
+        return found.group(1) if found else None
+
+    assert chosen("team") == str(world["team"].pk)
+    assert chosen("namespace") in (None, "")  # two to choose from
