@@ -12,29 +12,22 @@ Who is told of a new comment (e-mail after commit, and an in-app notice where th
 
 from __future__ import annotations
 
-import logging
-
-from django.apps import apps
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
-from django.core.mail import send_mass_mail
 from django.db import models, transaction
 from django.db.models import Q, QuerySet
 from django.urls import reverse
 
 from mig.models import MigRequest
-from quotas import audit
-from quotas.models import Membership, NotificationOptOut, QuotaRequest, Team
+from quotas import audit, notify
+from quotas.models import Membership, QuotaRequest, Team
 
 from .models import BODY_MAX, Comment
 
-log = logging.getLogger(__name__)
-
 ACTION = "request.commented"
-# E-mails about comments are sent whatever the user's opt-outs: no NotificationOptOut
-# kind matches this one (adding a kind would need a quotas migration).
-KIND = "comment"
+# The notification kind of a comment (in-app, webhooks, e-mail). Nobody can opt out of
+# its e-mails on the settings page yet: the opt-out kinds are a quotas choice list.
 EVENT = "comment"
 
 Target = QuotaRequest | MigRequest
@@ -123,34 +116,11 @@ def _tell(people: list, target: Target, comment: Comment) -> None:
     who = comment.author.get_username() + (" (admin)" if comment.by_admin else "")
     title = f"{who} commented on {describe(target)}"
     url = page_url(target)
-    if apps.is_installed("notices"):  # the in-app notices (another app, issue #12)
-        from notices.services import notify
-
-        notify(people, event=EVENT, title=title, body=comment.body[:500], url=url, team=target.team)
-    _send(
-        people,
-        f"[GPU portal] {title}",
-        f"{comment.body}\n\nReply on the request's page: {settings.PORTAL_URL.rstrip('/')}{url}\n",
-    )
-
-
-def _send(users: list, subject: str, body: str) -> None:
-    """E-mail each user with an address once the transaction commits (quotas.notify)."""
-    ids = {u.pk for u in users if u.email}
-    opted_out = set(
-        NotificationOptOut.objects.filter(user_id__in=ids, kind=KIND).values_list(
-            "user_id", flat=True
-        )
-    )
-    to = sorted({u.email for u in users if u.email and u.pk not in opted_out})
-    if not to:
-        return
-    messages = [(subject, body, settings.DEFAULT_FROM_EMAIL, [address]) for address in to]
-
-    def deliver() -> None:
-        try:
-            send_mass_mail(messages, fail_silently=False)
-        except Exception:  # a mail outage must not break the workflow
-            log.exception("could not send comment notification to %s", to)
-
-    transaction.on_commit(deliver)
+    link = settings.PORTAL_URL.rstrip("/") + url
+    # The in-app notice, the webhooks and the e-mail (opt-out kind "comment"), as every
+    # other notification (quotas/notify.py).
+    notify.send(
+        EVENT, people, f"[GPU portal] {title}",
+        f"{comment.body[:BODY_MAX]}\n\nReply on the request's page:\n{link}\n",
+        url=link, team=target.team,
+    )  # fmt: skip

@@ -28,8 +28,10 @@ def _recipients(users, kind: str) -> list[str]:
     return sorted({u.email for u in users if u is not None and u.email and u.pk not in opted_out})
 
 
-def _send(kind: str, users, subject: str, body: str, *, url: str = "", team=None,
-          webhook: bool = True) -> None:  # fmt: skip
+def send(kind: str, users, subject: str, body: str, *, url: str = "", team=None,
+         webhook: bool = True) -> None:  # fmt: skip
+    """Tell ``users``: an in-app notice each (and the event's webhooks), and an e-mail to
+    those who have not opted out of ``kind``, sent after the transaction commits."""
     users = list(users)
     _in_app(kind, users, subject, body, url, team, webhook)
     to = _recipients(users, kind)
@@ -129,7 +131,7 @@ def _describe(req: QuotaRequest) -> str:
 
 def new_request(req: QuotaRequest) -> None:
     admins = get_user_model().objects.filter(is_staff=True, is_active=True)
-    _send(
+    send(
         Kind.NEW_REQUEST, admins,
         f"[GPU portal] {req.team.name} asks for {req.amount} {req.resource}",
         f"{req.requested_by} asks for {_describe(req)}.\n\n{req.justification}\n\n{_link(req)}\n",
@@ -140,7 +142,7 @@ def new_request(req: QuotaRequest) -> None:
 def decided(req: QuotaRequest) -> None:
     kind = Kind.APPROVED if req.status == QuotaRequest.Status.APPROVED else Kind.REJECTED
     note = f"\nNote: {req.decision_note}\n" if req.decision_note else ""
-    _send(
+    send(
         kind, _team_people(req),
         f"[GPU portal] request {req.status}: {amount_text(req)} {req.resource} for {req.team.name}",
         f"Your request for {_describe(req)} was {req.status}.{note}\n{_link(req)}\n",
@@ -149,7 +151,7 @@ def decided(req: QuotaRequest) -> None:
 
 
 def applied(req: QuotaRequest) -> None:
-    _send(
+    send(
         Kind.APPLIED, _team_people(req),
         f"[GPU portal] quota applied in {req.namespace}",
         f"The cluster now enforces the quota for {_describe(req)}.\n{_link(req)}\n",
@@ -159,7 +161,7 @@ def applied(req: QuotaRequest) -> None:
 
 def failed(req: QuotaRequest, error: str) -> None:
     admins = get_user_model().objects.filter(is_staff=True, is_active=True)
-    _send(
+    send(
         Kind.FAILED, [*_team_people(req), *admins],
         f"[GPU portal] applying the quota in {req.namespace} failed",
         f"Applying {_describe(req)} failed: {error}\nAn admin has been told.\n{_link(req)}\n",
@@ -193,7 +195,7 @@ def grant_expiring(
 ) -> None:
     team = grant.namespace.team
     people = [m.user for m in Membership.objects.filter(team=team).select_related("user")]
-    _send(
+    send(
         Kind.EXPIRING, people,
         f"[GPU portal] {grant.amount} {grant.resource} in {grant.namespace} ends in {days} days",
         f"The grant of {grant.amount} x {grant.resource} in {grant.namespace} ends on "
@@ -206,7 +208,7 @@ def grant_expiring(
 def grant_expired(grant, lowering: dict | None = None, backend: str = "resourcequota") -> None:
     team = grant.namespace.team
     people = [m.user for m in Membership.objects.filter(team=team).select_related("user")]
-    _send(
+    send(
         Kind.EXPIRED, people,
         f"[GPU portal] {grant.amount} {grant.resource} in {grant.namespace} has ended",
         f"The grant of {grant.amount} x {grant.resource} in {grant.namespace} ended; the "
@@ -220,7 +222,7 @@ def lowering_held(op, text: str) -> None:
     admins = get_user_model().objects.filter(is_staff=True, is_active=True)
     ns = op.namespace
     link = settings.PORTAL_URL.rstrip("/") + reverse("quotas:namespace", args=[ns.pk])
-    _send(
+    send(
         Kind.CONFIRM, admins,
         f"[GPU portal] quota change in {ns} needs your confirmation",
         f"Applying the quota of {ns} ({op.reason}) {text}.\nRunning pods keep running; the "
@@ -245,7 +247,7 @@ def membership_changed(team, user, by, to_user: str, to_managers: str) -> None:
     """
     actor = by.get_username() if by is not None and by.pk else "The portal"
     link = settings.PORTAL_URL.rstrip("/") + reverse("quotas:team-members", args=[team.slug])
-    _send(
+    send(
         MEMBERSHIP, [user],
         f"[GPU portal] {actor} {to_user}",
         f"{actor} {to_user}.\n\nWho is in the team: {link}\n",
@@ -257,7 +259,7 @@ def membership_changed(team, user, by, to_user: str, to_managers: str) -> None:
         .exclude(user=user)
         .select_related("user")
     ]
-    _send(
+    send(
         MEMBERSHIP, managers,
         f"[GPU portal] {team.name}: {actor} {to_managers}",
         f"{actor} {to_managers} in {team.name}.\n\nMembers and roles: {link}\n",
