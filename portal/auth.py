@@ -67,3 +67,34 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):
 
     def get_security_definition(self, auto_schema):
         return {"type": "http", "scheme": "bearer", "description": "Personal API token"}
+
+
+def session_or_token(view):
+    """A page view (a CSV download) that automation may fetch with ``Authorization: Bearer
+    <token>`` as well as a signed-in browser: a valid token signs the request in for this
+    request only (no session); a bad one is a 401 naming the scheme; neither redirects to
+    the sign-in page as ``login_required`` does."""
+    from functools import wraps
+
+    from django.contrib.auth.decorators import login_required
+    from django.http import HttpResponse
+
+    browser_view = login_required(view)
+
+    @wraps(view)
+    def wrapped(request, *args, **kwargs):
+        if not request.user.is_authenticated and request.META.get("HTTP_AUTHORIZATION"):
+            try:
+                found = BearerTokenAuthentication().authenticate(request)
+            except exceptions.AuthenticationFailed as err:
+                found, failure = None, str(err.detail)
+            else:
+                failure = "Send 'Authorization: Bearer <token>'."
+            if found is None:
+                response = HttpResponse(failure, status=401, content_type="text/plain")
+                response["WWW-Authenticate"] = BearerTokenAuthentication.keyword
+                return response
+            request.user = found[0]
+        return browser_view(request, *args, **kwargs)
+
+    return wrapped

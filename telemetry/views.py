@@ -19,6 +19,7 @@ from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 
 from inventory.models import GPU_RESOURCE, NamespaceUsage, Node
+from portal.auth import session_or_token
 from quotas.models import Grant, Team, TeamNamespace
 from quotas.scoping import visible_to
 
@@ -360,7 +361,7 @@ def _total(values) -> float | None:
     return sum(values) if values else None
 
 
-@login_required
+@session_or_token  # automation fetches it with an API token too
 def showback_csv(request: HttpRequest) -> HttpResponse:
     month, _, _, led = _showback_ledger(request)
     rows = showback.rows(led)
@@ -385,7 +386,7 @@ def showback_csv(request: HttpRequest) -> HttpResponse:
     return response
 
 
-@login_required
+@session_or_token  # automation fetches it with an API token too
 def showback_classes_csv(request: HttpRequest) -> HttpResponse:
     """Per team, resource and GPU class (telemetry.classes), with the weighted figures."""
     month, _, _, led = _showback_ledger(request)

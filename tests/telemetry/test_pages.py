@@ -201,6 +201,29 @@ def test_showback_page_and_csv(client, world):
     _get(client, world["member"], reverse("telemetry:showback") + "?month=bad", status=404)
 
 
+def test_showback_csv_with_an_api_token(client, world):
+    # Automation fetches the CSV with its token (seen writing the API guide: a token was
+    # redirected to the sign-in page); scoped like the page; a bad token is a 401.
+    from portal.models import ApiToken
+
+    year = timezone.now().year - 1
+    _grant(world, year)
+    _, raw = ApiToken.issue(world["member"], "csv")
+    url = reverse("telemetry:showback-csv") + f"?month={year}-11"
+    response = client.get(url, HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")
+    rows = list(csv.reader(io.StringIO(response.content.decode())))
+    assert [r[1] for r in rows[1:]] == ["vision"]
+    classes = client.get(
+        reverse("telemetry:showback-classes-csv"), HTTP_AUTHORIZATION=f"Bearer {raw}"
+    )
+    assert classes.status_code == 200
+    bad = client.get(url, HTTP_AUTHORIZATION="Bearer gqp_not-a-token")
+    assert bad.status_code == 401 and bad["WWW-Authenticate"] == "Bearer"
+    assert client.get(url).status_code == 302  # a browser without a session: sign in
+    assert "_auth_user_id" not in client.session  # the token signed in this request only
+
+
 # Until telemetry/api_urls.py routes it (its owner adds the line), route the API here too.
 urlpatterns = [
     *portal_urls.urlpatterns,
