@@ -21,14 +21,14 @@ from django.urls import reverse
 
 from mig.models import MigRequest
 from quotas import audit, notify
-from quotas.models import Membership, QuotaRequest, Team
+from quotas.models import Membership, NotificationOptOut, QuotaRequest, Team
 
 from .models import BODY_MAX, Comment
 
 ACTION = "request.commented"
-# The notification kind of a comment (in-app, webhooks, e-mail). Nobody can opt out of
-# its e-mails on the settings page yet: the opt-out kinds are a quotas choice list.
-EVENT = "comment"
+# The notification kind of a comment (in-app, webhooks, e-mail; its e-mails can be turned
+# off on the E-mail settings page like every other kind).
+EVENT = NotificationOptOut.Kind.COMMENT
 
 Target = QuotaRequest | MigRequest
 

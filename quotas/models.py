@@ -484,6 +484,7 @@ class NotificationOptOut(models.Model):
         EXPIRING = "expiring", "grant expiring soon"
         EXPIRED = "expired", "grant expired"
         CONFIRM = "confirm", "quota lowering below usage needs confirmation (admins)"
+        COMMENT = "comment", "a comment on a request (yours, your team's, or one you commented on)"
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notification_opt_outs"

@@ -122,6 +122,20 @@ def test_an_admin_who_never_commented_is_not_emailed_of_an_admin_comment(world, 
     assert _to(mail.outbox) == ["maria@example.com", "rob@example.com"]
 
 
+def test_comment_e_mails_can_be_turned_off_and_the_notice_stays(world, on_commit, client):
+    from notices.models import Notification
+    from quotas.models import NotificationOptOut
+
+    client.force_login(world["requester"])
+    kinds = client.get(reverse("quotas:notifications")).content.decode()
+    assert 'name="comment"' in kinds  # on the E-mail settings page
+    NotificationOptOut.objects.create(user=world["requester"], kind="comment")
+    with on_commit(execute=True):
+        services.post(world["admin"], world["mig"], "Which node do you prefer?")
+    assert "rob@example.com" not in _to(mail.outbox)  # opted out of comment e-mails
+    assert Notification.objects.filter(recipient=world["requester"], event="comment").exists()
+
+
 @pytest.mark.skipif(not apps.is_installed("notices"), reason="the notices app is not installed")
 def test_the_other_party_gets_an_in_app_notice(world):
     from notices.models import Notification
