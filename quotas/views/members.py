@@ -57,7 +57,8 @@ def team_members(request: HttpRequest, slug: str) -> HttpResponse:
             _set_role(request, team, RoleForm(request.POST))
             return redirect("quotas:team-members", slug=team.slug)
     people = sorted(
-        team.memberships.select_related("user"),
+        # ``sso``: the membership single sign-on manages, if it does (portal/sso/).
+        team.memberships.select_related("user", "sso"),
         key=lambda m: (m.role != Role.MANAGER, m.user.get_username().lower()),
     )
     managers = sum(m.role == Role.MANAGER for m in people)

@@ -191,6 +191,17 @@ def test_members_page_shows_the_list_to_members_and_forms_to_managers(client, w)
     assert client.get(url).status_code == 404
 
 
+def test_members_page_marks_the_memberships_single_sign_on_manages(client, w):
+    from portal.sso.models import ManagedMembership
+
+    rob = Membership.objects.get(team__slug="vision", user=w.rob)
+    ManagedMembership.objects.create(membership=rob, groups=["vision-researchers"])
+    client.force_login(w.mia)
+    body = client.get("/teams/vision/members/").content.decode()
+    assert body.count("data-sso-managed") == 1  # rob's row only; mia was added by hand
+    assert "via SSO: vision-researchers" in body
+
+
 def test_manager_runs_the_team_from_the_page(client, w, on_commit):
     url = "/teams/vision/members/"
     client.force_login(w.mia)
