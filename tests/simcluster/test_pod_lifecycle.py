@@ -247,7 +247,11 @@ def test_terminating_gpu_pods_keep_the_node_busy_for_mig() -> None:
         v1 = client.CoreV1Api(a)
         for i in range(4):
             v1.delete_namespaced_pod(f"yolo-mig-{i}", "ml-vision")
-        v1.patch_node("a100-02", {"metadata": {"labels": {"nvidia.com/mig.config": "all-3g.40gb"}}})
+        # The state label still says "success" (the old config's) until mig-manager takes the
+        # new config up: drop it in the same patch, so the first answer read is the new run's
+        # (the full suite under load read the stale "success" before mig-manager woke up).
+        labels = {"nvidia.com/mig.config": "all-3g.40gb", "nvidia.com/mig.config.state": None}
+        v1.patch_node("a100-02", {"metadata": {"labels": labels}})
 
         def state() -> str | None:
             st = v1.read_node("a100-02").metadata.labels.get("nvidia.com/mig.config.state")
