@@ -20,6 +20,9 @@ TEST_PROGRAMS: dict[str, str] = {
     # npm packages the browser and sign-in tests drive (axe-core, oidc-provider): tests/npm.py
     "node": "nodejs",
     "npm": "npm",
+    # A real Prometheus and its rules checker (tests/prom.py, tests/monitoring/)
+    "prometheus": "prometheus",
+    "promtool": "prometheus",
 }
 
 

@@ -36,6 +36,7 @@ class Agent:
         wait: Callable[[float], bool] | None = None,
         init_retry_s: float = 60,
         init_retry_max_s: float = 600,
+        exporter: Any = None,
     ) -> None:
         self.reader = NvmlReader(nvml)
         self.node = node
@@ -50,6 +51,8 @@ class Agent:
         self.init_retry_max_s = init_retry_max_s
         self._init_delay = init_retry_s
         self.next_collect = 0.0
+        # gpuagent.exporter.Exporter (or None): gets every snapshot for /metrics.
+        self.exporter = exporter
 
     # -------------------------------------------------------------- control
 
@@ -96,9 +99,26 @@ class Agent:
             log.error("reading NVML failed (%s); re-initialising on the next cycle", exc)
             self.reader.close()
             return None
-        return build_report(
+        report = build_report(
             self.node, snapshot, timestamp=now, interval_s=int(self.interval_s), pods=self.pods
         )
+        if self.exporter is not None:
+            self._export(snapshot, now)
+        return report
+
+    def _export(self, snapshot: dict[str, Any], now: float) -> None:
+        """Hand the snapshot to the exporter; its failures never cost the report."""
+        from gpuagent.exporter import gpu_instance_ids
+
+        try:
+            try:
+                pods = self.pods.pods_by_device()
+            except Exception:
+                pods = {}
+            ids = gpu_instance_ids(self.reader.nvml, snapshot)
+            self.exporter.update(self.node, snapshot, timestamp=now, pods=pods, instance_ids=ids)
+        except Exception:
+            log.exception("updating the /metrics snapshot failed")
 
     def step(self) -> float:
         """Do what is due now; return seconds until something is due again."""

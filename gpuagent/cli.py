@@ -65,6 +65,29 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", default=env.get("GPU_AGENT_LOG_LEVEL", "INFO"))
 
 
+def _exporter_options(p: argparse.ArgumentParser) -> None:
+    """The Prometheus exporter (docs/agent.md, "Prometheus exporter")."""
+    env = os.environ
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=int(_env_float("GPU_AGENT_METRICS_PORT", 9400)),
+        help="serve /metrics (dcgm-exporter names) on this port; 0 = off "
+        "(env GPU_AGENT_METRICS_PORT, default 9400, dcgm-exporter's)",
+    )
+    p.add_argument(
+        "--metrics-address",
+        default=env.get("GPU_AGENT_METRICS_ADDRESS", "0.0.0.0"),  # noqa: S104
+        help="bind address for /metrics (env GPU_AGENT_METRICS_ADDRESS, default 0.0.0.0)",
+    )
+    p.add_argument(
+        "--exporter-only",
+        action="store_true",
+        default=env.get("GPU_AGENT_EXPORTER_ONLY", "").lower() in ("1", "true", "yes"),
+        help="serve /metrics only, post nothing to the portal (env GPU_AGENT_EXPORTER_ONLY=1)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m gpuagent", description="GPU node agent for the GPU quota portal"
@@ -73,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command")
     run = sub.add_parser("run", help="report every interval until SIGTERM (default)")
     _common(run)
+    _exporter_options(run)
     once = sub.add_parser("once", help="read NVML once; post it, or --print it")
     _common(once)
     once.add_argument("--print", action="store_true", help="print the report JSON, do not post")
@@ -148,34 +172,56 @@ def cmd_run(args: argparse.Namespace) -> int:
     from gpuagent.podresources import default_resolver
     from gpuagent.sender import Sender, reports_url, token_from_file
 
-    if not args.portal:
-        log.error("set PORTAL_URL (or --portal) to the portal's URL")
+    if args.exporter_only and not args.metrics_port:
+        log.error("--exporter-only needs a --metrics-port (GPU_AGENT_METRICS_PORT) other than 0")
+        return 2
+    if not args.portal and not args.exporter_only:
+        log.error("set PORTAL_URL (or --portal) to the portal's URL, or use --exporter-only")
         return 2
     if not args.node:
         log.warning("NODE_NAME is not set; using the host name %s", _node(args))
-    sender = Sender(
-        reports_url(args.portal),
-        token_from_file(args.token_file),
-        capacity=args.buffer,
-        max_age_s=args.max_age,
-        timeout_s=args.timeout,
-    )
+    sender = None
+    if not args.exporter_only:
+        sender = Sender(
+            reports_url(args.portal),
+            token_from_file(args.token_file),
+            capacity=args.buffer,
+            max_age_s=args.max_age,
+            timeout_s=args.timeout,
+        )
+    exporter = None
+    if args.metrics_port:
+        from gpuagent.exporter import Exporter
+
+        exporter = Exporter()
+        try:
+            exporter.serve(args.metrics_port, args.metrics_address)
+        except OSError as exc:
+            log.error("cannot serve /metrics on %s:%d: %s", args.metrics_address,
+                      args.metrics_port, exc)  # fmt: skip
+            if args.exporter_only:
+                return 2
+            exporter = None  # keep reporting to the portal without /metrics
     agent = Agent(
         load_nvml(args.fake_nvml),
         _node(args),
         sender,
         interval_s=args.interval,
         pods=default_resolver(args.pod_resources_socket),
+        exporter=exporter,
     )
     agent.install_signal_handlers()
     log.info(
-        "gpuagent %s reporting node %s to %s every %.0f s",
+        "gpuagent %s reading node %s every %.0f s; reports to %s; /metrics %s",
         __version__,
         agent.node,
-        sender.url,
         args.interval,
+        sender.url if sender else "nobody (--exporter-only)",
+        f"on {args.metrics_address}:{args.metrics_port}" if exporter else "off",
     )
     agent.run()
+    if exporter is not None:
+        exporter.close()
     log.info("stopped")
     return 0
 
