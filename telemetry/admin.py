@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from .models import GpuState, NodeTelemetry, NodeToken
+from .models import GpuState, NodeTelemetry, NodeToken, PrometheusSource
 
 
 @admin.register(NodeToken)
@@ -51,3 +51,32 @@ class GpuStateAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None) -> bool:
         return False
+
+
+@admin.register(PrometheusSource)
+class PrometheusSourceAdmin(admin.ModelAdmin):
+    """A cluster's telemetry from its Prometheus (telemetry/promsource.py); audited."""
+
+    list_display = ["cluster", "url", "cluster_label", "cluster_value", "secret_env", "enabled"]
+    list_filter = ["enabled"]
+
+    def save_model(self, request, obj, form, change) -> None:
+        from django.db import transaction
+
+        from quotas.audit import record
+
+        with transaction.atomic():
+            super().save_model(request, obj, form, change)
+            fields = ["url", "cluster_label", "cluster_value", "secret_env", "ca_file",
+                      "timeout_seconds", "enabled"]  # fmt: skip
+            record(request.user, "telemetry.source_" + ("changed" if change else "added"), obj,
+                   after={f: getattr(obj, f) for f in fields}, note=str(obj.cluster))  # fmt: skip
+
+    def delete_model(self, request, obj) -> None:
+        from django.db import transaction
+
+        from quotas.audit import record
+
+        with transaction.atomic():
+            record(request.user, "telemetry.source_removed", obj, note=str(obj.cluster))
+            super().delete_model(request, obj)

@@ -255,3 +255,6 @@ class GpuHistory1h(HistoryPoint):
             # Serves rollup and retention range scans on bucket; BRIN as above.
             BrinIndex(fields=["bucket"], name="gpuhistory1h_bucket"),
         ]
+
+
+from .models_source import PrometheusSource  # noqa: E402,F401  (a model of this app, own module)
