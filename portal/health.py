@@ -46,13 +46,32 @@ def _check_broker() -> str | None:
     return None
 
 
+def _telemetry_sources() -> dict[str, str | None]:
+    """Per cluster read from Prometheus (telemetry/promsource.py): None when it answers,
+    else why not. An outage makes /readyz ``degraded`` (pages show a banner), not failing."""
+    from telemetry.models import PrometheusSource
+    from telemetry.promsource import PromClient, PrometheusUnavailable, QueryRefused
+
+    out: dict[str, str | None] = {}
+    for source in PrometheusSource.objects.filter(enabled=True).select_related("cluster"):
+        source.timeout_seconds = min(source.timeout_seconds, 2.0)  # a probe must be quick
+        try:
+            PromClient(source).instant("vector(1)")
+        except (PrometheusUnavailable, QueryRefused) as err:
+            out[source.cluster.slug] = str(err)
+        else:
+            out[source.cluster.slug] = None
+    return out
+
+
 @never_cache
 @require_GET
 def readyz(request):
     """503 when the database or the broker is unreachable.
 
     Stale clusters make the answer ``degraded`` but still 200: the portal keeps serving
-    the last good inventory, and pulling it out of a load balancer would not help. So does
+    the last good inventory, and pulling it out of a load balancer would not help; so does
+    a cluster whose telemetry Prometheus does not answer (``telemetry_prometheus``). So does
     a cluster on which the last preflight or permission re-check found a permission
     missing (inventory/preflight.py), named under ``missing_permissions``.
     """
@@ -68,8 +87,14 @@ def readyz(request):
             }
             if c.missing_permissions:
                 clusters[c.slug]["missing_permissions"] = list(c.missing_permissions)
+        for slug, problem in _telemetry_sources().items():
+            clusters.setdefault(slug, {"status": "ok"})["telemetry_prometheus"] = problem or "ok"
     failing = {name: err for name, err in checks.items() if err}
-    stale = any(c["status"] == "stale" or "missing_permissions" in c for c in clusters.values())
+    stale = any(
+        c.get("status") == "stale" or "missing_permissions" in c
+        or c.get("telemetry_prometheus", "ok") != "ok"
+        for c in clusters.values()
+    )  # fmt: skip
     body = {
         "status": "fail" if failing else ("degraded" if stale else "ok"),
         "checks": {name: (err or "ok") for name, err in checks.items()},

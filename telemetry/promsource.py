@@ -180,3 +180,36 @@ def client_for(cluster) -> PromClient | None:
     """The cluster's Prometheus client, or None where its telemetry comes from the agents."""
     source = PrometheusSource.objects.filter(cluster=cluster, enabled=True).first()
     return PromClient(source) if source is not None else None
+
+
+# -- what the pages ask ----------------------------------------------------------------------
+
+ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"  # ratio 0..1 (a DCP profiling counter)
+GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"  # percent (NVML utilisation: "a kernel ran")
+
+GpuKey = tuple[str, str, str]  # (Hostname, gpu, GPU_I_ID or "" for a whole GPU)
+
+
+@dataclass(frozen=True)
+class Activity:
+    metric: str  # the metric the figures come from, said on the page
+    peak_pct: dict[GpuKey, float]  # the highest value over the window, in percent
+
+
+def peak_activity(client: PromClient, window: timedelta) -> Activity:
+    """The busiest moment of each GPU (or MIG instance) over ``window``, for idle detection.
+
+    Graphics-engine activity (``DCGM_FI_PROF_GR_ENGINE_ACTIVE``) where the exporter provides
+    it: it measures how much of the GPU worked, where NVML's utilisation only says a kernel
+    ran in the sample period, and dcgm-exporter reports it per MIG instance (``GPU_I_ID``),
+    so MIG instances are judged one by one. Without it, ``DCGM_FI_DEV_GPU_UTIL`` (whole GPUs).
+    """
+    engine = client.instant(f"count({client.selector(ENGINE_ACTIVE)})")
+    metric, scale = (ENGINE_ACTIVE, 100.0) if engine and engine[0].value > 0 else (GPU_UTIL, 1.0)
+    seconds = max(int(window.total_seconds()), int(MIN_STEP.total_seconds()))
+    series = client.instant(f"max_over_time({client.selector(metric)}[{seconds}s])")
+    peaks: dict[GpuKey, float] = {}
+    for s in series:
+        key = (s.labels.get("Hostname", ""), s.labels.get("gpu", ""), s.labels.get("GPU_I_ID", ""))
+        peaks[key] = max(peaks.get(key, 0.0), s.value * scale)
+    return Activity(metric, peaks)

@@ -46,6 +46,14 @@ def _exposition() -> str:
             f'DCGM_FI_DEV_GPU_UTIL{{cluster="{cluster}",Hostname="{host}",gpu="{gpu}",'
             f'UUID="{uuid}",modelName="NVIDIA A100-SXM4-80GB"}} {util}'
         )
+    lines += [  # cluster "eng" has DCP profiling: engine activity per MIG instance
+        "# TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge",
+        'DCGM_FI_PROF_GR_ENGINE_ACTIVE{cluster="eng",Hostname="gpu-5",gpu="0",UUID="GPU-eee",'
+        'GPU_I_PROFILE="3g.40gb",GPU_I_ID="1"} 0.02',
+        'DCGM_FI_PROF_GR_ENGINE_ACTIVE{cluster="eng",Hostname="gpu-5",gpu="0",UUID="GPU-eee",'
+        'GPU_I_PROFILE="3g.40gb",GPU_I_ID="2"} 0.75',
+        'DCGM_FI_DEV_GPU_UTIL{cluster="eng",Hostname="gpu-5",gpu="0",UUID="GPU-eee"} 100',
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -74,7 +82,7 @@ def prometheus(exporter, tmp_path_factory):
     prom = start_prometheus(
         tmp_path_factory.mktemp("prom"), [{"targets": [exporter], "honor_labels": True}]
     )
-    prom.wait_for("DCGM_FI_DEV_GPU_UTIL", count=len(GPUS))
+    prom.wait_for("DCGM_FI_DEV_GPU_UTIL", count=len(GPUS) + 1)
     time.sleep(2.5)  # a few scrapes, for the range query
     yield prom
     prom.stop()
@@ -130,7 +138,7 @@ def test_label_values_are_quoted_not_spliced(prometheus):
 
 def test_answers_are_cached_briefly_and_an_outage_is_a_clear_error(exporter, tmp_path):
     prom = start_prometheus(tmp_path, [{"targets": [exporter], "honor_labels": True}])
-    prom.wait_for("DCGM_FI_DEV_GPU_UTIL", count=len(GPUS))
+    prom.wait_for("DCGM_FI_DEV_GPU_UTIL", count=len(GPUS) + 1)
     client = _client(prom, timeout_seconds=1.0)
     expr = client.selector("DCGM_FI_DEV_GPU_UTIL")
     first = client.instant(expr)
@@ -182,3 +190,33 @@ def test_admins_set_a_source_in_the_admin_and_it_is_audited(client, admin_user):
          "timeout_seconds": "5"},
     )  # fmt: skip
     assert bad.status_code == 200 and "A Prometheus label name" in bad.content.decode()
+
+
+def test_readyz_is_degraded_while_a_telemetry_prometheus_is_down(prometheus, client):
+    from tests.prom import free_port
+
+    up = _client(prometheus).source
+    down = PrometheusSource.objects.create(
+        cluster=make_cluster("lab"), url=f"http://127.0.0.1:{free_port()}", timeout_seconds=1
+    )
+    body = client.get("/readyz").json()
+    assert body["status"] == "degraded"  # still 200: pages work, with a banner
+    assert body["clusters"][up.cluster.slug]["telemetry_prometheus"] == "ok"
+    assert "cannot be reached" in body["clusters"][down.cluster.slug]["telemetry_prometheus"]
+    down.delete()
+    assert client.get("/readyz").json()["clusters"][up.cluster.slug]["telemetry_prometheus"] == "ok"
+
+
+def test_idle_uses_engine_activity_where_there_is_some_and_judges_mig_instances(prometheus):
+    from telemetry.promsource import peak_activity
+
+    prod = peak_activity(_client(prometheus), timedelta(minutes=5))
+    assert prod.metric == "DCGM_FI_DEV_GPU_UTIL"
+    assert prod.peak_pct == {("gpu-1", "0", ""): 91.0, ("gpu-1", "1", ""): 3.0}
+    eng_source = PrometheusSource.objects.create(
+        cluster=make_cluster("eng"), url=prometheus.url, cluster_label="cluster"
+    )
+    eng = peak_activity(PromClient(eng_source), timedelta(minutes=5))
+    # NVML says 100 % (a kernel ran) while one instance barely works: engine activity tells.
+    assert eng.metric == "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+    assert eng.peak_pct == {("gpu-5", "0", "1"): 2.0, ("gpu-5", "0", "2"): 75.0}
