@@ -190,6 +190,12 @@ GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"  # percent (NVML utilisation: "a kernel ran")
 GpuKey = tuple[str, str, str]  # (Hostname, gpu, GPU_I_ID or "" for a whole GPU)
 
 
+def host_of(labels: dict[str, str]) -> str:
+    """The node of a series: ``Hostname`` as dcgm-exporter has long spelled it, or
+    ``hostname`` as its newest releases do (NVIDIA/dcgm-exporter#655)."""
+    return labels.get("Hostname") or labels.get("hostname", "")
+
+
 @dataclass(frozen=True)
 class Activity:
     metric: str  # the metric the figures come from, said on the page
@@ -210,6 +216,6 @@ def peak_activity(client: PromClient, window: timedelta) -> Activity:
     series = client.instant(f"max_over_time({client.selector(metric)}[{seconds}s])")
     peaks: dict[GpuKey, float] = {}
     for s in series:
-        key = (s.labels.get("Hostname", ""), s.labels.get("gpu", ""), s.labels.get("GPU_I_ID", ""))
+        key = (host_of(s.labels), s.labels.get("gpu", ""), s.labels.get("GPU_I_ID", ""))
         peaks[key] = max(peaks.get(key, 0.0), s.value * scale)
     return Activity(metric, peaks)

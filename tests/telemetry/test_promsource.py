@@ -53,6 +53,8 @@ def _exposition() -> str:
         'DCGM_FI_PROF_GR_ENGINE_ACTIVE{cluster="eng",Hostname="gpu-5",gpu="0",UUID="GPU-eee",'
         'GPU_I_PROFILE="3g.40gb",GPU_I_ID="2"} 0.75',
         'DCGM_FI_DEV_GPU_UTIL{cluster="eng",Hostname="gpu-5",gpu="0",UUID="GPU-eee"} 100',
+        # a newer dcgm-exporter spells the node label in lower case
+        'DCGM_FI_DEV_GPU_UTIL{cluster="new",hostname="gpu-7",gpu="0",UUID="GPU-fff"} 12',
     ]
     return "\n".join(lines) + "\n"
 
@@ -82,7 +84,7 @@ def prometheus(exporter, tmp_path_factory):
     prom = start_prometheus(
         tmp_path_factory.mktemp("prom"), [{"targets": [exporter], "honor_labels": True}]
     )
-    prom.wait_for("DCGM_FI_DEV_GPU_UTIL", count=len(GPUS) + 1)
+    prom.wait_for("DCGM_FI_DEV_GPU_UTIL", count=len(GPUS) + 2)
     time.sleep(2.5)  # a few scrapes, for the range query
     yield prom
     prom.stop()
@@ -138,7 +140,7 @@ def test_label_values_are_quoted_not_spliced(prometheus):
 
 def test_answers_are_cached_briefly_and_an_outage_is_a_clear_error(exporter, tmp_path):
     prom = start_prometheus(tmp_path, [{"targets": [exporter], "honor_labels": True}])
-    prom.wait_for("DCGM_FI_DEV_GPU_UTIL", count=len(GPUS) + 1)
+    prom.wait_for("DCGM_FI_DEV_GPU_UTIL", count=len(GPUS) + 2)
     client = _client(prom, timeout_seconds=1.0)
     expr = client.selector("DCGM_FI_DEV_GPU_UTIL")
     first = client.instant(expr)
@@ -220,3 +222,14 @@ def test_idle_uses_engine_activity_where_there_is_some_and_judges_mig_instances(
     # NVML says 100 % (a kernel ran) while one instance barely works: engine activity tells.
     assert eng.metric == "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
     assert eng.peak_pct == {("gpu-5", "0", "1"): 2.0, ("gpu-5", "0", "2"): 75.0}
+
+
+def test_both_spellings_of_the_node_label_are_read(prometheus):
+    from telemetry.promsource import peak_activity
+
+    source = PrometheusSource.objects.create(
+        cluster=make_cluster("new"), url=prometheus.url, cluster_label="cluster"
+    )
+    assert peak_activity(PromClient(source), timedelta(minutes=5)).peak_pct == {
+        ("gpu-7", "0", ""): 12.0
+    }
