@@ -10,6 +10,7 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import Count, Sum
 from django.http import HttpResponse, JsonResponse
+from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -237,9 +238,114 @@ class QuotaCollector:
         yield ops
 
 
+class GrantCollector:
+    """Active grants with an end, one series per grant: when it ends
+    (``portal_grant_expiry_timestamp_seconds``, a timestamp so the value only changes when
+    the grant does; alerts take ``- time()``), what it adds (``portal_grant_amount``), and
+    how much of the resource its namespace uses against its limit now
+    (``portal_grant_namespace_used`` / ``_limit``). Used and limit are quotas.preview's,
+    the figures the expiry reminder and the approval pages compare (quotas.limits.usage:
+    pods' requests or the ResourceQuota's status.used; the effective limit, foreign
+    quotas included), computed for every such namespace in a few queries."""
+
+    def collect(self):
+        from quotas import preview
+        from quotas.models import Grant
+
+        labels = ["team", "cluster", "namespace", "resource", "gpu_class", "grant"]
+        families = {
+            "expiry": GaugeMetricFamily(
+                "portal_grant_expiry_timestamp_seconds",
+                "When an active grant ends (Unix time); permanent grants are not listed",
+                labels=labels,
+            ),
+            "amount": GaugeMetricFamily(
+                "portal_grant_amount", "What an active grant with an end adds", labels=labels
+            ),
+            "used": GaugeMetricFamily(
+                "portal_grant_namespace_used",
+                "What the grant's namespace uses of its resource now (quotas.limits.usage)",
+                labels=labels,
+            ),
+            "limit": GaugeMetricFamily(
+                "portal_grant_namespace_limit",
+                "The namespace's effective limit of the grant's resource now",
+                labels=labels,
+            ),
+        }
+        grants = list(
+            Grant.objects.active_at(timezone.now())
+            .filter(ends_at__isnull=False)
+            .select_related("namespace__team", "namespace__cluster", "gpu_class")
+            .order_by("ends_at", "id")
+        )
+        namespaces = list({g.namespace_id: g.namespace for g in grants}.values())
+        states = preview.states(namespaces) if namespaces else {}
+        for g in grants:
+            ns = g.namespace
+            values = [ns.team.slug, ns.cluster.slug, ns.name, g.resource,
+                      g.gpu_class.slug if g.gpu_class else "", str(g.pk)]  # fmt: skip
+            families["expiry"].add_metric(values, g.ends_at.timestamp())
+            families["amount"].add_metric(values, g.amount)
+            state = states[ns.pk]
+            families["used"].add_metric(values, state.used.get(f"requests.{g.resource}", 0))
+            effective = state.effective.get(g.resource)
+            if effective is not None:
+                families["limit"].add_metric(values, effective.limit)
+        yield from families.values()
+
+
+class MigCollector:
+    """``portal_mig_requests{cluster, kind, status}``: MIG requests by status (a failed run
+    stays failed, so a rise of ``status="failed"`` is a run that just failed), and
+    ``portal_mig_last_run_failed{cluster, node}``: 1 where the node's latest finished run
+    failed (a later success or revert clears it)."""
+
+    def collect(self):
+        from mig.models import MigRequest
+
+        requests = GaugeMetricFamily(
+            "portal_mig_requests", "MIG requests by status", labels=["cluster", "kind", "status"]
+        )
+        counts = {
+            (slug, kind, status): n
+            for slug, kind, status, n in MigRequest.objects.values_list(
+                "cluster__slug", "kind", "status"
+            ).annotate(n=Count("id"))
+        }
+        clusters = sorted(
+            {k[0] for k in counts} | set(Cluster.objects.values_list("slug", flat=True))
+        )
+        for slug in clusters:
+            for kind in MigRequest.Kind.values:
+                for status in MigRequest.Status.values:
+                    requests.add_metric([slug, kind, status], counts.get((slug, kind, status), 0))
+        yield requests
+        failed = GaugeMetricFamily(
+            "portal_mig_last_run_failed",
+            "1 when the node's latest finished MIG run failed",
+            labels=["cluster", "node"],
+        )
+        # One row per node: its latest finished run (PostgreSQL DISTINCT ON).
+        latest = (
+            MigRequest.objects.filter(
+                node__isnull=False,
+                status__in=[MigRequest.Status.SUCCEEDED, MigRequest.Status.FAILED],
+            )
+            .order_by("node_id", "-updated_at", "-created_at")
+            .distinct("node_id")
+            .values_list("cluster__slug", "node__name", "status")
+        )
+        for slug, node, status in sorted(latest):
+            failed.add_metric([slug, node], 1.0 if status == MigRequest.Status.FAILED else 0.0)
+        yield failed
+
+
 REGISTRY = CollectorRegistry(auto_describe=False)
 REGISTRY.register(InventoryCollector())
 REGISTRY.register(QuotaCollector())
+REGISTRY.register(GrantCollector())
+REGISTRY.register(MigCollector())
 REGISTRY.register(IdleGpuCollector())
 
 

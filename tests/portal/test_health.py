@@ -99,3 +99,59 @@ def test_metrics_need_the_token_outside_development(client, settings, admin_user
     assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
     ok = client.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret-scrape-token")
     assert ok.status_code == 200 and b"portal_cluster_stale" in ok.content
+
+
+def test_metrics_expose_grant_expiry_with_its_namespace_use_and_limit(client, settings):
+    from tests.quotas.builders import make_grant, make_namespace, make_team
+
+    c = make_cluster("prod")
+    ns = make_namespace(make_team("vision"), c, "ml-vision")
+    ns.quota_status = {
+        "hard": {"requests.nvidia.com/gpu": "4"},
+        "used": {"requests.nvidia.com/gpu": "4"},
+    }
+    ns.save()
+    windowed = make_grant(ns, 4, days=3)
+    make_grant(ns, 2)  # permanent: no expiry series
+    text = scrape(client, settings)
+    labels = (f'cluster="prod",gpu_class="",grant="{windowed.pk}",namespace="ml-vision",'
+              'resource="nvidia.com/gpu",team="vision"')  # fmt: skip
+    line = next(x for x in text.splitlines() if x.startswith("portal_grant_expiry_timestamp"))
+    assert line.startswith(f"portal_grant_expiry_timestamp_seconds{{{labels}}} ")
+    assert abs(float(line.split()[-1]) - windowed.ends_at.timestamp()) < 1
+    assert f"portal_grant_amount{{{labels}}} 4.0" in text
+    assert sum(x.startswith("portal_grant_amount{") for x in text.splitlines()) == 1
+    # quotas.preview's figures: used 4 (the ResourceQuota's status), limit 4 + 2 granted.
+    assert f"portal_grant_namespace_used{{{labels}}} 4.0" in text
+    assert f"portal_grant_namespace_limit{{{labels}}} 6.0" in text
+
+
+def test_metrics_expose_mig_requests_by_status_and_the_nodes_whose_last_run_failed(
+    client, settings
+):
+    from mig.models import MigRequest
+    from tests.quotas.builders import make_namespace, make_team, make_user
+
+    c = make_cluster("prod")
+    ns = make_namespace(make_team("vision"), c, "ml-vision")
+    user = make_user("al")
+    a, b = make_node(c, "a100-00"), make_node(c, "a100-01")
+    now = timezone.now()
+
+    def run(node, status, minutes_ago):
+        return MigRequest.objects.create(
+            team=ns.team, namespace=ns, cluster=c, product="A100-80GB", layout={"3g.40gb": 2},
+            gpus=1, justification="x" * 20, requested_by=user, status=status, node=node,
+            drain_policy="evict", config_name="portal-x",
+            updated_at=now - timedelta(minutes=minutes_ago),
+        )  # fmt: skip
+
+    run(a, "failed", 30)
+    run(b, "failed", 60)
+    run(b, "succeeded", 10)  # a later success clears b
+    text = scrape(client, settings)
+    assert 'portal_mig_requests{cluster="prod",kind="apply",status="failed"} 2.0' in text
+    assert 'portal_mig_requests{cluster="prod",kind="apply",status="succeeded"} 1.0' in text
+    assert 'portal_mig_requests{cluster="prod",kind="revert",status="failed"} 0.0' in text
+    assert 'portal_mig_last_run_failed{cluster="prod",node="a100-00"} 1.0' in text
+    assert 'portal_mig_last_run_failed{cluster="prod",node="a100-01"} 0.0' in text
