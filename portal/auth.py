@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from functools import wraps
 
+from django.contrib.auth.decorators import login_required
+from django.http import HttpResponse
 from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
@@ -74,11 +77,6 @@ def session_or_token(view):
     <token>`` as well as a signed-in browser: a valid token signs the request in for this
     request only (no session); a bad one is a 401 naming the scheme; neither redirects to
     the sign-in page as ``login_required`` does."""
-    from functools import wraps
-
-    from django.contrib.auth.decorators import login_required
-    from django.http import HttpResponse
-
     browser_view = login_required(view)
 
     @wraps(view)

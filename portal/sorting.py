@@ -33,9 +33,7 @@ def parse(query: QueryDict, columns: dict[str, str], default: str, tie: str = "p
         key, descending = default, False
     field = columns[key]
     order = [f"-{field}" if descending else field]
-    if key == default and not descending:
-        order = [field, *(f for f in (tie,) if f != field)]
-    elif field != tie:
+    if field != tie:
         order.append(tie)
     return Sorted(key, descending, order, error)
 

@@ -1,4 +1,7 @@
 from django.contrib import admin
+from django.db import transaction
+
+from quotas.audit import record
 
 from .models import GpuState, NodeTelemetry, NodeToken, PrometheusSource
 
@@ -61,10 +64,6 @@ class PrometheusSourceAdmin(admin.ModelAdmin):
     list_filter = ["enabled"]
 
     def save_model(self, request, obj, form, change) -> None:
-        from django.db import transaction
-
-        from quotas.audit import record
-
         with transaction.atomic():
             super().save_model(request, obj, form, change)
             fields = ["url", "cluster_label", "cluster_value", "secret_env", "ca_file",
@@ -73,10 +72,6 @@ class PrometheusSourceAdmin(admin.ModelAdmin):
                    after={f: getattr(obj, f) for f in fields}, note=str(obj.cluster))  # fmt: skip
 
     def delete_model(self, request, obj) -> None:
-        from django.db import transaction
-
-        from quotas.audit import record
-
         with transaction.atomic():
             record(request.user, "telemetry.source_removed", obj, note=str(obj.cluster))
             super().delete_model(request, obj)
