@@ -54,6 +54,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # A record per request of telemetry sources that did not answer (the banner).
+    "telemetry.sources.OutageMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -69,6 +71,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "telemetry.sources.outages_context",
             ],
         },
     },
@@ -184,6 +187,11 @@ CELERY_BEAT_SCHEDULE = {
     "telemetry-expire": {
         "task": "telemetry.tasks.expire_history",
         "schedule": timedelta(minutes=10),
+    },
+    # The latest GPU state of clusters whose telemetry comes from Prometheus (issue #13).
+    "telemetry-prometheus": {
+        "task": "telemetry.tasks.sync_prometheus",
+        "schedule": timedelta(seconds=60),
     },
     "quotas-reconcile": {
         "task": "quotas.tasks.reconcile_quotas",

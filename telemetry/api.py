@@ -240,7 +240,8 @@ class GpuStateSerializer(serializers.ModelSerializer):
             "id", "cluster", "node", "node_id", "index", "uuid", "name", "lost",
             "memory_total_mib", "memory_used_mib", "utilization_gpu_pct",
             "utilization_memory_pct", "temperature_c", "power_w", "power_limit_w", "mig_mode",
-            "mig_devices", "processes", "unsupported", "reported_at", "stale", "stale_after",
+            "mig_devices", "processes", "unsupported", "xid_last", "reported_at", "stale",
+            "stale_after",
         ]  # fmt: skip
         read_only_fields = fields
 

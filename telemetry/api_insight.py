@@ -140,6 +140,15 @@ class IdleAllocationSerializer(ClassFieldsSerializer):
     gpu_indexes = serializers.ListField(child=serializers.IntegerField())
     method = serializers.ChoiceField(choices=["agent", "requests"], help_text="attribution")
     max_util_pct = serializers.FloatField(allow_null=True, help_text="peak 5-minute average")
+    metric = serializers.CharField(
+        help_text="what max_util_pct measures: the agents' NVML utilisation, or the "
+        "dcgm-exporter metric of a Prometheus source (DCGM_FI_PROF_GR_ENGINE_ACTIVE where "
+        "present, else DCGM_FI_DEV_GPU_UTIL)"
+    )
+    mig_instances = serializers.DictField(
+        child=serializers.ListField(child=serializers.CharField()),
+        help_text="{GPU id: MIG instance ids (GPU_I_ID)} judged instead of the whole GPU",
+    )
     since = serializers.DateTimeField(allow_null=True, help_text="pod start")
     idle_since = serializers.DateTimeField()
     idle_gpu_hours = serializers.FloatField()

@@ -24,15 +24,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import F, FloatField, Max
-from django.db.models.functions import Cast
 from django.utils import timezone
 
 from inventory.models import GPU_RESOURCE, GpuClass
 from quotas.models import Team, class_label
 
-from .insight import BUCKET, Allocation, idle_threshold_pct
-from .models import GpuHistory5m
+from . import sources
+from .insight import Allocation, idle_threshold_pct
 from .retention import FIVE_MINUTE_RETENTION
 from .showback import Ledger, resource_order
 
@@ -242,24 +240,6 @@ class IdleClass:
         }
 
 
-def last_busy(gpu_ids, now: datetime) -> dict[int, datetime]:
-    """{gpu id: end of its last 5-minute point at or above the idle threshold} within the
-    5-minute history (one query)."""
-    if not gpu_ids:
-        return {}
-    rows = (
-        GpuHistory5m.objects.filter(
-            gpu_id__in=gpu_ids, bucket__gte=now - FIVE_MINUTE_RETENTION, util_n__gt=0
-        )
-        .annotate(u=Cast(F("util_sum"), FloatField()) / F("util_n"))
-        .filter(u__gte=idle_threshold_pct())
-        .values("gpu_id")
-        .annotate(last=Max("bucket"))
-        .values_list("gpu_id", "last")
-    )
-    return {gpu_id: last + BUCKET for gpu_id, last in rows}
-
-
 def idle_by_class(allocations: list[Allocation], now: datetime | None = None) -> list[IdleClass]:
     """Set ``gpu_class``, ``idle_since``, ``idle_gpu_hours`` and ``weighted_idle`` on each
     idle allocation; return the per-class summary, costliest first (weighted idle GPU-hours;
@@ -267,7 +247,8 @@ def idle_by_class(allocations: list[Allocation], now: datetime | None = None) ->
     now = now or timezone.now()
     if not allocations:
         return []
-    busy = last_busy({g for a in allocations for g in a.gpu_ids}, now)
+    gpus = {g.pk: g for a in allocations for g in a.gpu_states}
+    busy = sources.last_busy(list(gpus.values()), now, idle_threshold_pct(), FIVE_MINUTE_RETENTION)
     classes = load_classes(a.node.gpu_class_id for a in allocations)
     floor = now - FIVE_MINUTE_RETENTION
     groups: dict = {}
@@ -304,6 +285,8 @@ def idle_allocation_dict(a: Allocation) -> dict:
         "gpu_indexes": list(a.gpu_indexes),
         "method": a.method,
         "max_util_pct": _r(a.max_util_pct),
+        "metric": a.metric,
+        "mig_instances": {str(g): sorted(ids) for g, ids in a.instances.items()},
         "since": a.since,
         "idle_since": a.idle_since,
         "idle_gpu_hours": round(a.idle_gpu_hours, 3),

@@ -19,6 +19,7 @@ from inventory.models import Node, NodeResource
 
 from .insight import idle_allocations, idle_threshold_pct, idle_window
 from .models import GpuState, NodeTelemetry
+from .promstate import EXPORTER
 from .visibility import PodNames
 
 # GPU memory in use with no process above this (MiB) smells of a leaked context.
@@ -43,6 +44,7 @@ class Signal:
 CODES = {
     "not-reporting": "Node not reporting",
     "gpu-lost": "GPU lost",
+    "gpu-xid": "XID error",
     "unhealthy-gpu": "Allocatable < capacity",
     "agent-driver-skew": "Driver skew",
     "orphan-memory": "Memory used, no process",
@@ -80,7 +82,27 @@ def _gpu_signals(node: Node, g: GpuState, now: datetime) -> list[Signal]:
         return out
     if g.stale_after < now:
         return out
-    if (g.memory_used_mib or 0) >= ORPHAN_MEMORY_MIB and not g.processes:
+    if g.xid_last:
+        out.append(
+            Signal(
+                node,
+                Badge(
+                    "gpu-xid",
+                    "error",
+                    f"GPU {g.index}: XID {g.xid_last}",
+                    f"The GPU's latest XID error is {g.xid_last} (DCGM_FI_DEV_XID_ERRORS): look "
+                    "it up in NVIDIA's XID catalogue; 48, 63, 64, 74, 79 and 94/95 need a reset "
+                    "or a drain.",
+                ),
+                g.index,
+            )
+        )
+    # dcgm-exporter lists no processes ("processes" unsupported): no orphan to tell.
+    if (
+        (g.memory_used_mib or 0) >= ORPHAN_MEMORY_MIB
+        and not g.processes
+        and "processes" not in (g.unsupported or [])
+    ):
         out.append(
             Signal(
                 node,
@@ -111,6 +133,18 @@ def _gpu_signals(node: Node, g: GpuState, now: datetime) -> list[Signal]:
     return out
 
 
+def _not_reporting(tele: NodeTelemetry) -> str:
+    if tele.agent_version == EXPORTER:
+        return (
+            f"No sample in Prometheus since {tele.last_report_timestamp:%Y-%m-%d %H:%M} UTC: "
+            "is dcgm-exporter running on the node, and does Prometheus scrape it?"
+        )
+    return (
+        f"No agent report since {tele.last_report_at:%Y-%m-%d %H:%M} UTC "
+        f"(every {tele.interval_s} s expected): is the agent pod running?"
+    )
+
+
 def _node_signals(
     node: Node,
     tele: NodeTelemetry | None,
@@ -128,8 +162,7 @@ def _node_signals(
                     "not-reporting",
                     "error",
                     "Not reporting",
-                    f"No agent report since {tele.last_report_at:%Y-%m-%d %H:%M} UTC "
-                    f"(every {tele.interval_s} s expected): is the agent pod running?",
+                    _not_reporting(tele),
                 ),
             )
         )

@@ -5,7 +5,9 @@ Attribution (which pod holds which GPU), in order of trust:
 
 1. **agent**: the agent maps GPU UUIDs to pods through the kubelet pod-resources API and
    reports ``processes[].pod`` as ``"namespace/name"``; a GPU running a process of a pod
-   belongs to that pod (shared equally when several pods run on it).
+   belongs to that pod (shared equally when several pods run on it). For Prometheus
+   clusters dcgm-exporter's pod labels do the same (telemetry.promstate), per MIG
+   instance where the series name one (``Allocation.instances``).
 2. **requests**: for running pods on the node the agent did not attribute, the portal
    knows only how many ``nvidia.com/gpu`` they request (``GpuPod.requests``), not which
    ones. Their candidate GPUs are the node's GPUs no agent-attributed pod holds; each pod
@@ -24,15 +26,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Count, F, FloatField, Func, Max, Q
-from django.db.models.functions import Cast
+from django.db.models import Q
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 
 from inventory.models import GPU_RESOURCE, GpuPod, Node
 from quotas.models import Grant, QuotaRequest, TeamNamespace
 
-from .models import GpuHistory5m, GpuState
+from . import sources
+from .models import GpuState
 
 BUCKET = timedelta(minutes=5)
 # A GPU's window counts only when at least this share of its 5-minute points has data.
@@ -62,11 +64,16 @@ class Allocation:
     method: str  # "agent" or "requests"
     gpu_ids: list[int] = field(default_factory=list)  # agent: its GPUs; requests: candidates
     gpu_indexes: list[int] = field(default_factory=list)
+    gpu_states: list[GpuState] = field(default_factory=list)
+    # {gpu id: MIG instance ids} where the telemetry names the instances the pod uses (a
+    # Prometheus source's GPU_I_ID): those instances are judged, not the whole GPU.
+    instances: dict[int, set[str]] = field(default_factory=dict)
     requested: int = 0
     since: datetime | None = None
     team: object | None = None
-    # Filled by idle_allocations().
+    # Filled by idle_allocations(): the highest 5-minute mean, and the metric it comes from.
     max_util_pct: float | None = None
+    metric: str = ""
 
     @property
     def key(self) -> NsKey:
@@ -137,6 +144,14 @@ def attribute(node_ids=None, now: datetime | None = None) -> Attribution:
                     )  # fmt: skip
                 alloc.gpu_ids.append(g.pk)
                 alloc.gpu_indexes.append(g.index)
+                alloc.gpu_states.append(g)
+                instances = {
+                    str(p["gpu_instance"])
+                    for p in g.processes or []
+                    if p.get("pod") == full and p.get("gpu_instance") is not None
+                }
+                if instances:
+                    alloc.instances[g.pk] = instances
                 share = 1.0 / len(names)
                 shares[g.pk][(node.cluster_id, ns)] = shares[g.pk].get((node.cluster_id, ns), 0)
                 shares[g.pk][(node.cluster_id, ns)] += share
@@ -158,6 +173,7 @@ def attribute(node_ids=None, now: datetime | None = None) -> Attribution:
                     "requests",
                     gpu_ids=[g.pk for g in candidates],
                     gpu_indexes=[g.index for g in candidates],
+                    gpu_states=list(candidates),
                     requested=req,
                     since=p.k8s_created_at or p.first_seen_at,
                 )
@@ -182,31 +198,10 @@ def namespace_teams(keys) -> dict[NsKey, object]:
 # -- idle ---------------------------------------------------------------------------------
 
 
-def _util_avg():
-    return Cast(F("util_sum"), FloatField()) / Func(F("util_n"), 0, function="NULLIF")
-
-
-def window_stats(gpu_ids, now: datetime, window: timedelta) -> dict[int, tuple[float, int]]:
-    """{gpu id: (highest 5-minute average utilisation, points with data)} over the window."""
-    if not gpu_ids:
-        return {}
-    rows = (
-        GpuHistory5m.objects.filter(gpu_id__in=gpu_ids, bucket__gte=now - window, bucket__lte=now)
-        .values("gpu_id")
-        .annotate(peak=Max(_util_avg()), points=Count("id", filter=Q(util_n__gt=0)))
-        .values_list("gpu_id", "peak", "points")
-    )
-    return {gpu_id: (peak, points) for gpu_id, peak, points in rows}
-
-
-def idle_gpu_ids(gpu_ids, now: datetime | None = None) -> set[int]:
-    """GPUs whose every 5-minute average stayed under the threshold for the whole window
-    (with data for at least 80 % of it: a GPU that did not report is not called idle)."""
-    now = now or timezone.now()
-    return _idle_from(window_stats(gpu_ids, now, idle_window()))
-
-
-def _idle_from(stats: dict[int, tuple[float, int]]) -> set[int]:
+def _idle_from(stats: dict) -> set:
+    """The keys (GPU ids, or (GPU id, MIG instance)) whose every 5-minute mean stayed under
+    the threshold for the whole window, with data for at least 80 % of it: a GPU that did
+    not report is not called idle."""
     needed = MIN_COVERAGE * (idle_window() / BUCKET)
     threshold = idle_threshold_pct()
     return {
@@ -234,17 +229,23 @@ def idle_allocations(
         and a.since is not None
         and a.since <= now - idle_window()
     ]
-    ids = {gpu_id for a in allocations for gpu_id in a.gpu_ids}
-    stats = window_stats(ids, now, idle_window())
+    gpus = {g.pk: g for a in allocations for g in a.gpu_states}
+    stats, metrics = sources.window_stats(list(gpus.values()), now, idle_window())
     idle = _idle_from(stats)
     teams = namespace_teams(a.key for a in allocations)
     out = []
     for a in allocations:
-        if not a.gpu_ids or not all(g in idle for g in a.gpu_ids) or a.gpus == 0:
+        judged = [
+            key
+            for g in a.gpu_ids
+            for key in ([(g, i) for i in sorted(a.instances[g])] if g in a.instances else [g])
+        ]
+        if not judged or not all(k in idle for k in judged) or a.gpus == 0:
             continue
         a.team = teams.get(a.key)
-        peaks = [stats[g][0] for g in a.gpu_ids if g in stats and stats[g][0] is not None]
+        peaks = [stats[k][0] for k in judged if k in stats and stats[k][0] is not None]
         a.max_util_pct = max(peaks) if peaks else None
+        a.metric = metrics.get(a.node.cluster_id, "")
         out.append(a)
     return sorted(out, key=lambda a: (a.since, a.namespace, a.pod))
 
@@ -387,21 +388,6 @@ def _cluster_slugs(ids) -> dict:
 # -- dashboards ---------------------------------------------------------------------------
 
 
-def last_hour_util(gpu_ids, now: datetime) -> dict[int, float]:
-    """{gpu id: mean utilisation over the last hour} (one query)."""
-    if not gpu_ids:
-        return {}
-    from django.db.models import Sum
-
-    rows = (
-        GpuHistory5m.objects.filter(gpu_id__in=gpu_ids, bucket__gte=now - timedelta(hours=1))
-        .values("gpu_id")
-        .annotate(s=Sum("util_sum"), n=Sum("util_n"))
-        .values_list("gpu_id", "s", "n")
-    )
-    return {gpu_id: s / n for gpu_id, s, n in rows if n}
-
-
 @dataclass
 class UsageRow:
     """Granted / requested / held / busy GPUs of one team, namespace or product, now."""
@@ -421,7 +407,7 @@ class UsageRow:
 
 def held_and_busy(attribution: Attribution, now: datetime) -> dict[NsKey, tuple[float, float]]:
     """{(cluster id, namespace): (GPUs held, GPUs busy)} now (one query)."""
-    util = last_hour_util(list(attribution.shares), now)
+    util = sources.last_hour_util([attribution.gpus[i] for i in attribution.shares], now)
     threshold = idle_threshold_pct()
     out: dict = defaultdict(lambda: [0.0, 0.0])
     for gpu_id, owners in attribution.shares.items():
@@ -494,7 +480,7 @@ def product_rows(now: datetime | None = None, hours: int = 24) -> list[UsageRow]
         row(product).capacity += cap or 0
         row(product).requested += req or 0
     attribution = attribute(None, now)
-    util = last_hour_util(list(attribution.gpus), now)
+    util = sources.last_hour_util(list(attribution.gpus.values()), now)
     threshold = idle_threshold_pct()
     for gpu_id, g in attribution.gpus.items():
         if not g.node.gpu_product:
@@ -514,33 +500,7 @@ def product_rows(now: datetime | None = None, hours: int = 24) -> list[UsageRow]
 
 
 def product_series(now: datetime, hours: int = 24) -> dict[str, dict[datetime, tuple]]:
-    """{base product: {hour: (utilisation sum, samples)}} over the last ``hours``: hourly
-    points for closed hours, 5-minute ones after (two queries)."""
-    from django.db.models import Sum
-    from django.db.models.functions import Trunc
-
-    from inventory.models import base_product
-
-    from .models import GpuHistory1h
-    from .showback import history_horizon
-
+    """{base product: {hour: (utilisation sum, samples)}} over the last ``hours``, each
+    cluster's GPUs from its telemetry source (telemetry.sources)."""
     start = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=hours - 1)
-    horizon = max(history_horizon(now), start)
-    out: dict = defaultdict(lambda: defaultdict(lambda: [0, 0]))
-    for model, a, b in ((GpuHistory1h, start, horizon), (GpuHistory5m, horizon, None)):
-        qs = model.objects.filter(bucket__gte=a)
-        if b is not None:
-            if b <= a:
-                continue
-            qs = qs.filter(bucket__lt=b)
-        rows = (
-            qs.annotate(hour=Trunc("bucket", "hour"))
-            .values("gpu__node__gpu_product", "hour")
-            .annotate(s=Sum("util_sum"), n=Sum("util_n"))
-            .values_list("gpu__node__gpu_product", "hour", "s", "n")
-        )
-        for product, hour, s, n in rows:
-            cell = out[base_product(product)][hour]
-            cell[0] += s or 0
-            cell[1] += n or 0
-    return {p: {h: tuple(v) for h, v in pts.items()} for p, pts in out.items()}
+    return sources.product_series(start, now)

@@ -133,6 +133,9 @@ class GpuState(models.Model):
     processes = models.JSONField(default=list, blank=True)
     # Names of the metrics NVML could not read on this GPU.
     unsupported = models.JSONField(default=list, blank=True)
+    # The latest XID error of the GPU (dcgm-exporter's DCGM_FI_DEV_XID_ERRORS; NULL: none
+    # or not known). The agent reads no XIDs (NVML gives them only as events).
+    xid_last = models.PositiveIntegerField(null=True, blank=True)
     # The agent's timestamp of the report this state comes from.
     reported_at = models.DateTimeField()
     # Portal clock + 3 report intervals: past it the GPU has not been heard of (stale).

@@ -35,8 +35,13 @@ from .models_source import PrometheusSource
 MAX_RANGE = timedelta(days=31)
 MIN_STEP = timedelta(seconds=30)
 MAX_POINTS = 11_000
-MAX_SERIES = 20_000
+# An answer is one series per GPU (or MIG instance, or node) at most: 40,000 GPUs with
+# room for MIG. Range answers are bounded in points per series as well (MAX_POINTS).
+MAX_SERIES = 100_000
 CACHE_SECONDS = 30
+# After a failure, the same Prometheus is not asked again for this long: a page that
+# needs it several times answers at once with the banner instead of waiting each time.
+DOWN_SECONDS = 30
 
 
 class PrometheusUnavailable(RuntimeError):
@@ -71,12 +76,15 @@ class PromClient:
 
     # -- selectors -------------------------------------------------------------------------
 
-    def selector(self, metric: str, **labels: str) -> str:
-        """``metric{cluster="prod",Hostname="gpu-1"}``: the cluster's own series only."""
+    def selector(self, metric: str, regex: dict[str, str] | None = None, **labels: str) -> str:
+        """``metric{cluster="prod",Hostname="gpu-1"}``: the cluster's own series only;
+        ``regex`` adds ``label=~"pattern"`` matchers (patterns are fully anchored)."""
         matchers = dict(labels)
         if self.source.cluster_label:
             matchers[self.source.cluster_label] = self.source.selector_value
-        inner = ",".join(f"{k}={quote(v)}" for k, v in sorted(matchers.items()))
+        parts = [f"{k}={quote(v)}" for k, v in sorted(matchers.items())]
+        parts += [f"{k}=~{quote(v)}" for k, v in sorted((regex or {}).items())]
+        inner = ",".join(parts)
         return f"{metric}{{{inner}}}" if inner else metric
 
     # -- queries ---------------------------------------------------------------------------
@@ -132,11 +140,23 @@ class PromClient:
         cached = cache.get(key)
         if cached is not None:
             return cached
-        kwargs = self._auth()
+        kwargs = self._auth()  # missing credentials: a setting to fix, not an outage
+        down_key = "prom-down:" + hashlib.sha256(self.base.encode()).hexdigest()
+        down = cache.get(down_key)
+        if down is not None:
+            raise PrometheusUnavailable(down)
+        try:
+            return self._ask(path, params, key, kwargs)
+        except PrometheusUnavailable as err:
+            cache.set(down_key, str(err), DOWN_SECONDS)
+            raise
+
+    def _ask(self, path: str, params: dict[str, str], key: str, kwargs: dict) -> dict:
         verify = self.source.ca_file or True
         try:
-            resp = requests.get(f"{self.base}/api/v1/{path}", params=params, timeout=self.timeout,
-                                verify=verify, allow_redirects=False, **kwargs)  # fmt: skip
+            # POST (form-encoded, as the HTTP API accepts): host matchers make long queries.
+            resp = requests.post(f"{self.base}/api/v1/{path}", data=params, timeout=self.timeout,
+                                 verify=verify, allow_redirects=False, **kwargs)  # fmt: skip
         except requests.Timeout as err:
             raise PrometheusUnavailable(
                 f"Prometheus at {self.base} did not answer within {self.timeout:g} s."
@@ -187,35 +207,8 @@ def client_for(cluster) -> PromClient | None:
 ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"  # ratio 0..1 (a DCP profiling counter)
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"  # percent (NVML utilisation: "a kernel ran")
 
-GpuKey = tuple[str, str, str]  # (Hostname, gpu, GPU_I_ID or "" for a whole GPU)
-
 
 def host_of(labels: dict[str, str]) -> str:
     """The node of a series: ``Hostname`` as dcgm-exporter has long spelled it, or
     ``hostname`` as its newest releases do (NVIDIA/dcgm-exporter#655)."""
     return labels.get("Hostname") or labels.get("hostname", "")
-
-
-@dataclass(frozen=True)
-class Activity:
-    metric: str  # the metric the figures come from, said on the page
-    peak_pct: dict[GpuKey, float]  # the highest value over the window, in percent
-
-
-def peak_activity(client: PromClient, window: timedelta) -> Activity:
-    """The busiest moment of each GPU (or MIG instance) over ``window``, for idle detection.
-
-    Graphics-engine activity (``DCGM_FI_PROF_GR_ENGINE_ACTIVE``) where the exporter provides
-    it: it measures how much of the GPU worked, where NVML's utilisation only says a kernel
-    ran in the sample period, and dcgm-exporter reports it per MIG instance (``GPU_I_ID``),
-    so MIG instances are judged one by one. Without it, ``DCGM_FI_DEV_GPU_UTIL`` (whole GPUs).
-    """
-    engine = client.instant(f"count({client.selector(ENGINE_ACTIVE)})")
-    metric, scale = (ENGINE_ACTIVE, 100.0) if engine and engine[0].value > 0 else (GPU_UTIL, 1.0)
-    seconds = max(int(window.total_seconds()), int(MIN_STEP.total_seconds()))
-    series = client.instant(f"max_over_time({client.selector(metric)}[{seconds}s])")
-    peaks: dict[GpuKey, float] = {}
-    for s in series:
-        key = (host_of(s.labels), s.labels.get("gpu", ""), s.labels.get("GPU_I_ID", ""))
-        peaks[key] = max(peaks.get(key, 0.0), s.value * scale)
-    return Activity(metric, peaks)

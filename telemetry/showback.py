@@ -9,8 +9,10 @@
 - **Busy** GPU-hours (utilisation-weighted): the same, x the point's mean utilisation.
   ``busy / allocated`` is how hard the GPUs a team held actually worked.
 
-History comes from the hourly points for closed hours (rolled up every 10 minutes, last 3
-hours re-rolled) and from the 5-minute points for the last two hours. Attribution is the
+History comes from each cluster's telemetry source (telemetry.sources): for agent clusters
+the hourly points for closed hours (rolled up every 10 minutes, last 3 hours re-rolled) and
+the 5-minute points for the last two hours; for Prometheus clusters the same 5-minute
+points computed by Prometheus from dcgm-exporter's samples. Attribution is the
 *current* one (who holds which GPU now), applied to the whole period: exact for
 allocations that lasted the period, approximate for pods that came and went.
 
@@ -26,15 +28,14 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from django.db.models import Count, F, FloatField, Func, Q, Sum
-from django.db.models.functions import Cast, Trunc
+from django.db.models import Q
 from django.utils import timezone
 
 from inventory.models import GPU_RESOURCE
 from quotas.models import Grant, Team
 
+from . import sources
 from .insight import Attribution, NsKey, attribute
-from .models import GpuHistory1h, GpuHistory5m
 
 MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
 MIN_YEAR, MAX_YEAR = 2000, 2999
@@ -113,48 +114,10 @@ def grants_in(start: datetime, end: datetime):
 # -- used ---------------------------------------------------------------------------------
 
 
-def history_horizon(now: datetime) -> datetime:
-    """Hourly points are complete before this; 5-minute points serve from it on."""
-    return now.replace(minute=0, second=0, microsecond=0) - HOUR
-
-
-def _util_avg():
-    return Cast(F("util_sum"), FloatField()) / Func(F("util_n"), 0, function="NULLIF")
-
-
-def gpu_hours(gpu_ids, start: datetime, end: datetime, now: datetime, *, by_hour: bool = False):
-    """[(gpu id, hour or None, reported hours, utilisation-weighted hours)]: two queries."""
-    if not gpu_ids:
-        return []
-    horizon = history_horizon(now)
-    end = min(end, now + BUCKET_SLACK)
-    parts = [
-        (GpuHistory1h, start, min(end, horizon), 1.0),
-        (GpuHistory5m, max(start, horizon), end, FIVE_MIN_H),
-    ]
-    out = []
-    for model, a, b, duration in parts:
-        if b <= a:
-            continue
-        qs = model.objects.filter(gpu_id__in=gpu_ids, bucket__gte=a, bucket__lt=b, samples__gt=0)
-        keys = ["gpu_id"]
-        if by_hour:
-            qs = qs.annotate(hour=Trunc("bucket", "hour", tzinfo=UTC))
-            keys.append("hour")
-        rows = qs.values(*keys).annotate(n=Count("id"), u=Sum(_util_avg()))
-        for row in rows:
-            out.append(
-                (
-                    row["gpu_id"],
-                    row.get("hour"),
-                    row["n"] * duration,
-                    (row["u"] or 0.0) / 100 * duration,
-                )
-            )
-    return out
-
-
-BUCKET_SLACK = timedelta(minutes=5)
+def gpu_hours(gpus, start: datetime, end: datetime, now: datetime, *, by_hour: bool = False):
+    """[(gpu id, hour or None, reported hours, utilisation-weighted hours)] of ``gpus``
+    (GpuState rows), each from its cluster's telemetry source (telemetry.sources)."""
+    return sources.gpu_hours(gpus, start, end, now, by_hour=by_hour)
 
 
 def used_hours(
@@ -163,9 +126,8 @@ def used_hours(
     """{(cluster id, namespace): {hour: (allocated GPU-hours, busy GPU-hours)}}."""
     now = now or timezone.now()
     out: dict = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
-    for gpu_id, hour, hours, busy in gpu_hours(
-        list(attribution.shares), start, end, now, by_hour=True
-    ):
+    held = [attribution.gpus[i] for i in attribution.shares]
+    for gpu_id, hour, hours, busy in gpu_hours(held, start, end, now, by_hour=True):
         for key, share in attribution.shares[gpu_id].items():
             cell = out[key][hour]
             cell[0] += hours * share
@@ -246,7 +208,8 @@ def ledger(teams, start: datetime, end: datetime, now: datetime | None = None) -
     used: dict = defaultdict(lambda: [0.0, 0.0])
     if start < now and ns_team:
         attribution = attribute(None, now)
-        for gpu_id, _, hours, busy in gpu_hours(list(attribution.shares), start, end, now):
+        held = [attribution.gpus[i] for i in attribution.shares]
+        for gpu_id, _, hours, busy in gpu_hours(held, start, end, now):
             class_id = attribution.gpus[gpu_id].node.gpu_class_id
             for key, share in attribution.shares[gpu_id].items():
                 team_id = ns_team.get(key)

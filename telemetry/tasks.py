@@ -10,6 +10,8 @@ Beat entries (portal/settings.py ``CELERY_BEAT_SCHEDULE``)::
                          "schedule": timedelta(minutes=10)},
     "telemetry-expire": {"task": "telemetry.tasks.expire_history",
                          "schedule": timedelta(minutes=10)},
+    "telemetry-prometheus": {"task": "telemetry.tasks.sync_prometheus",
+                             "schedule": timedelta(seconds=60)},
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import logging
 
 from celery import shared_task
 
-from . import retention
+from . import promstate, retention
 
 log = logging.getLogger(__name__)
 
@@ -46,3 +48,14 @@ def expire_history() -> dict[str, int]:
         "hourly": expired.hourly,
         "report_keys": expired.report_keys,
     }
+
+
+@shared_task(ignore_result=True)
+def sync_prometheus() -> dict[str, int | str]:
+    """Copy the latest GPU state of every Prometheus-sourced cluster (telemetry.promstate)."""
+    out = {}
+    for slug, result in promstate.sync_all().items():
+        out[slug] = result if isinstance(result, str) else result.gpus
+    if out:
+        log.info("telemetry from Prometheus: %s", out)
+    return out

@@ -23,8 +23,8 @@ from portal.auth import session_or_token
 from quotas.models import Grant, Team, TeamNamespace
 from quotas.scoping import visible_to
 
-from . import classes, health, insight, showback
-from .models import GpuHistory5m, GpuState, NodeTelemetry
+from . import classes, health, insight, showback, sources
+from .models import GpuState, NodeTelemetry
 from .sparkline import sparkline
 from .visibility import PodNames
 
@@ -86,20 +86,7 @@ def node_gpu_context(node: Node, pod_names: PodNames) -> dict:
         return {"tele": None, "cards": [], "signals": [], "pods_hidden": False}
     start = (now - timedelta(hours=24)).replace(second=0, microsecond=0)
     start = start - timedelta(minutes=start.minute % 5) + SPARK_STEP
-    util: dict = defaultdict(dict)
-    mem: dict = defaultdict(dict)
-    temp: dict = defaultdict(dict)
-    rows = GpuHistory5m.objects.filter(gpu__node=node, bucket__gte=start).values_list(
-        "gpu_id", "bucket", "util_sum", "util_n", "mem_used_sum", "mem_n", "temp_max"
-    )
-    totals = {g.pk: g.memory_total_mib for g in gpus}
-    for gpu_id, bucket, us, un, ms, mn, tmax in rows:
-        if un:
-            util[gpu_id][bucket] = us / un
-        if mn and totals.get(gpu_id):
-            mem[gpu_id][bucket] = 100 * ms / mn / totals[gpu_id]
-        if tmax is not None:
-            temp[gpu_id][bucket] = tmax
+    util, mem, temp = sources.node_history(node, gpus, start)
     cards = []
     pods_hidden = False
     for g in gpus:
@@ -119,9 +106,9 @@ def node_gpu_context(node: Node, pod_names: PodNames) -> dict:
                 "gpu": g,
                 "stale": g.is_stale,
                 "processes": processes,
-                "util": sparkline(util[g.pk], start, SPARK_STEP, SPARK_SLOTS),
-                "mem": sparkline(mem[g.pk], start, SPARK_STEP, SPARK_SLOTS),
-                "temp": sparkline(temp[g.pk], start, SPARK_STEP, SPARK_SLOTS, top=100),
+                "util": sparkline(util.get(g.pk, {}), start, SPARK_STEP, SPARK_SLOTS),
+                "mem": sparkline(mem.get(g.pk, {}), start, SPARK_STEP, SPARK_SLOTS),
+                "temp": sparkline(temp.get(g.pk, {}), start, SPARK_STEP, SPARK_SLOTS, top=100),
             }
         )
     topology = None
@@ -139,6 +126,9 @@ def node_gpu_context(node: Node, pod_names: PodNames) -> dict:
         "signals": health.node_signals(node, gpus, tele, pod_names),
         "pods_hidden": pods_hidden,
         "now": now,
+        "source": sources.source_name(node.cluster_id),
+        # Computed while the page renders (a template tag): its own banner.
+        "outages": sources.outages(),
     }
 
 
@@ -154,9 +144,11 @@ def _telemetry_of(node: Node) -> NodeTelemetry | None:
 
 def team_usage_context(rows) -> dict:
     teams = [r["team"] if isinstance(r, dict) else r for r in rows]
+    rows = insight.team_rows(teams) if teams else []
     return {
-        "rows": insight.team_rows(teams) if teams else [],
+        "rows": rows,
         "threshold": insight.idle_threshold_pct(),
+        "outages": sources.outages(),  # computed while the page renders: its own banner
     }
 
 
@@ -189,6 +181,9 @@ def fleet(request: HttpRequest) -> HttpResponse:
             "nodes_stale": reporting.filter(stale_after__lt=now).count(),
             "gpus_total": GpuState.objects.count(),
             "gpus_lost": GpuState.objects.filter(lost=True).count(),
+            "prometheus_clusters": sorted(
+                s.client.source.cluster.name for s in sources.prometheus_sources().values()
+            ),
         },
     )
 

@@ -124,8 +124,11 @@ def start_prometheus(
     rule_files: Sequence[Path] = (),
     evaluation_interval: str = SCRAPE_INTERVAL,
     timeout: float = 30.0,
+    retention: str = "1h",
 ) -> Prometheus:
-    """Start a real Prometheus scraping ``scrape_targets``; skip if it is not installed."""
+    """Start a real Prometheus scraping ``scrape_targets``; skip if it is not installed.
+    Blocks already in ``tmp_path / "prometheus" / "data"`` (recorded history, built with
+    devstack/promhistory.py) are served as long as they are within ``retention``."""
     program = need("prometheus")
     root = tmp_path / "prometheus"
     data = root / "data"
@@ -154,7 +157,7 @@ def start_prometheus(
                 f"--storage.tsdb.path={data}",
                 f"--web.listen-address=127.0.0.1:{port}",
                 "--web.enable-lifecycle",
-                "--storage.tsdb.retention.time=1h",
+                f"--storage.tsdb.retention.time={retention}",
             ],
             stdout=out,
             stderr=subprocess.STDOUT,

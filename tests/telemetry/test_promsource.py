@@ -13,6 +13,7 @@ import threading
 import time
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
 
 import pytest
 from django.utils import timezone
@@ -24,6 +25,7 @@ from telemetry.promsource import (
     QueryRefused,
     client_for,
 )
+from telemetry.sources.prom import PromHistory
 from tests.factories import make_cluster
 from tests.prom import start_prometheus
 
@@ -209,27 +211,30 @@ def test_readyz_is_degraded_while_a_telemetry_prometheus_is_down(prometheus, cli
     assert client.get("/readyz").json()["clusters"][up.cluster.slug]["telemetry_prometheus"] == "ok"
 
 
-def test_idle_uses_engine_activity_where_there_is_some_and_judges_mig_instances(prometheus):
-    from telemetry.promsource import peak_activity
+def _gpu(pk: int, host: str, index: int = 0):
+    """What PromHistory reads of a GpuState row: its id, index and node name."""
+    return SimpleNamespace(pk=pk, index=index, node=SimpleNamespace(name=host))
 
-    prod = peak_activity(_client(prometheus), timedelta(minutes=5))
-    assert prod.metric == "DCGM_FI_DEV_GPU_UTIL"
-    assert prod.peak_pct == {("gpu-1", "0", ""): 91.0, ("gpu-1", "1", ""): 3.0}
+
+def test_activity_is_engine_activity_where_there_is_some(prometheus):
+    prod = PromHistory(_client(prometheus))
+    assert prod.metric_name() == "DCGM_FI_DEV_GPU_UTIL"
+    now = timezone.now()
+    assert prod.last_hour_util([_gpu(1, "gpu-1", 0), _gpu(2, "gpu-1", 1)], now) == {
+        1: 91.0, 2: 3.0,
+    }  # fmt: skip
     eng_source = PrometheusSource.objects.create(
         cluster=make_cluster("eng"), url=prometheus.url, cluster_label="cluster"
     )
-    eng = peak_activity(PromClient(eng_source), timedelta(minutes=5))
-    # NVML says 100 % (a kernel ran) while one instance barely works: engine activity tells.
-    assert eng.metric == "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
-    assert eng.peak_pct == {("gpu-5", "0", "1"): 2.0, ("gpu-5", "0", "2"): 75.0}
+    eng = PromHistory(PromClient(eng_source))
+    # NVML says 100 % (a kernel ran) while the instances barely work: engine activity tells.
+    assert eng.metric_name() == "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+    assert eng.last_hour_util([_gpu(5, "gpu-5")], now)[5] == pytest.approx((2 + 75) / 2)
 
 
 def test_both_spellings_of_the_node_label_are_read(prometheus):
-    from telemetry.promsource import peak_activity
-
     source = PrometheusSource.objects.create(
         cluster=make_cluster("new"), url=prometheus.url, cluster_label="cluster"
     )
-    assert peak_activity(PromClient(source), timedelta(minutes=5)).peak_pct == {
-        ("gpu-7", "0", ""): 12.0
-    }
+    history = PromHistory(PromClient(source))
+    assert history.last_hour_util([_gpu(7, "gpu-7")], timezone.now()) == {7: 12.0}
