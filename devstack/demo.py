@@ -17,6 +17,7 @@ import urllib.request
 from pathlib import Path
 
 from . import REPO_ROOT, data_dir
+from . import demo_prometheus as prom
 from .services import ServiceError, Services, data_lock, redact, start_services
 from .supervisor import Supervisor, reap_leftovers
 
@@ -202,14 +203,15 @@ def _kueue_lines(kubeconfig: Path) -> list[str]:
 
 def banner(
     port: int, seed_output: str, kubeconfig: Path, services: Services,
-    env: dict[str, str] | None = None,
+    env: dict[str, str] | None = None, telemetry: list[str] | None = None,
 ) -> list[str]:  # fmt: skip
-    """What the user needs once everything is up."""
+    """What the user needs once everything is up (``telemetry``: the source's lines)."""
     rule = "=" * 72
     lines = ["", rule, f"  GPU quota portal demo:  http://127.0.0.1:{port}/", ""]
     if seed_output.strip():  # seed_demo prints the accounts and their passwords
         lines += [f"  {line}" for line in seed_output.strip().splitlines()]
         lines.append("")
+    lines += telemetry or []
     lines += [
         f"  Simulated cluster kubeconfig (cluster admin): {kubeconfig}",
         f"    kubectl --kubeconfig {kubeconfig} get nodes",
@@ -240,14 +242,19 @@ def run_demo() -> int:
     py = sys.executable
     sup = Supervisor(state_file=data / ".devstack-children.json")
     try:
+        source = prom.telemetry_source()  # before anything starts: a typo costs nothing
+        if source == "prometheus":
+            prom.programs(sup.log)  # likewise a missing Debian package
         check_sim(fleet)
         with data_lock(data, wait=False, what="`make demo`", log=sup.log):
             # A demo killed with SIGKILL leaves its children running (holding the ports).
             reap_leftovers(data / ".devstack-children.json", sup.log)
             port = web_port()
             sport = sim_port()
-            return _run(sup, data, (kubeconfig, portal_kubeconfig), fleet, port, sport, py)
-    except (DemoError, ServiceError) as exc:
+            # TELEMETRY_SOURCE=prometheus: its port ($PROMETHEUS_PORT, else 9090 or any).
+            pport = sim_port("PROMETHEUS_PORT", prom.DEFAULT_PROM_PORT) if source != "agent" else 0
+            return _run(sup, data, (kubeconfig, portal_kubeconfig), fleet, port, sport, py, pport)
+    except (DemoError, ServiceError, prom.PromDemoError) as exc:
         sup.log(f"error: {exc}")
         return 2
 
@@ -260,8 +267,10 @@ def _run(
     port: int,
     sport: int,
     py: str,
+    pport: int = 0,
 ) -> int:
-    """``kubeconfigs``: the admin's (for the user) and the portal's ServiceAccount's."""
+    """``kubeconfigs``: the admin's (for the user) and the portal's ServiceAccount's;
+    ``pport``: Prometheus' port with ``TELEMETRY_SOURCE=prometheus``, 0 for the agents."""
     sup.install_signal_handlers()
     env_file = data / "devstack.env"
     services: Services | None = None
@@ -274,8 +283,8 @@ def _run(
             sup.watch(name, alive)
         env = child_env(services, data, kubeconfigs[1])
         write_env_file(env_file, {**services.env(), "SIM_KUBECONFIG": env["SIM_KUBECONFIG"]})
-        _bring_up(sup, env, services, data, kubeconfigs, fleet, port, sport, py)
-    except ServiceError as exc:
+        _bring_up(sup, env, services, data, kubeconfigs, fleet, (port, sport, pport), py)
+    except (ServiceError, prom.PromDemoError) as exc:
         sup.request_stop(str(exc), failed=True)
     finally:
         code = sup.stop()
@@ -318,13 +327,14 @@ def _bring_up(
     data: Path,
     kubeconfigs: tuple[Path, Path],
     fleet: str,
-    port: int,
-    sport: int,
+    ports: tuple[int, int, int],
     py: str,
 ) -> None:
-    """Start everything in order; returns once a stop was requested."""
+    """Start everything in order; returns once a stop was requested. ``ports``: the web
+    server's, the simulator's and Prometheus' (0: the agents are the telemetry source)."""
     if sup.stopping:
         return
+    port, sport, pport = ports
     kubeconfig, portal_kubeconfig = kubeconfigs
     # Both kubeconfigs of a simulator reappear once it listens (the admin's is written last).
     sims = [("sim", fleet, sport, kubeconfig, portal_kubeconfig)]
@@ -362,7 +372,13 @@ def _bring_up(
         if rc != 0:
             sup.request_stop(f"`manage.py {argv[2]}` failed with exit code {rc}", failed=True)
             return
-    if not _backfill(sup, env, data, py):
+    telemetry = prom.banner_lines("agent")
+    if pport:  # TELEMETRY_SOURCE=prometheus (devstack/demo_prometheus.py)
+        url = prom.start(sup, env, data, py, REPO_ROOT, port=pport, days=_backfill_days())
+        if url is None:
+            return
+        telemetry = prom.banner_lines("prometheus", url, prom.files(data)["targets"])
+    elif not prom.use_agents(sup, env, data, py, REPO_ROOT) or not _backfill(sup, env, data, py):
         return
 
     sup.start(
@@ -386,7 +402,7 @@ def _bring_up(
               restart=True)  # fmt: skip
     if sup.wait_until(lambda: port_answers(port), timeout=60):
         tokens = data / "agent-tokens.json"
-        if tokens.exists():  # seed_demo wrote one token per GPU node of the demo cluster
+        if tokens.exists() and not pport:  # seed_demo wrote one token per GPU node
             sup.start(
                 "agents",
                 [py, "-m", "gpuagent", "fleet", "--portal", f"http://127.0.0.1:{port}",
@@ -395,7 +411,7 @@ def _bring_up(
                 cwd=REPO_ROOT,
                 restart=True,
             )  # fmt: skip
-        sup.block(banner(port, seed_output, kubeconfig, services, env))
+        sup.block(banner(port, seed_output, kubeconfig, services, env, telemetry))
         sup.run_forever()
     elif not sup.stopping:
         sup.request_stop(f"the web server did not listen on port {port} within 60s", failed=True)

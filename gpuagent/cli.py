@@ -107,6 +107,32 @@ def build_parser() -> argparse.ArgumentParser:
     fleet.add_argument("--workers", type=int, default=8, help="concurrent posts")
     fleet.add_argument("--seed", type=int, default=0)
     fleet.add_argument("--log-level", default="INFO")
+    # The Prometheus telemetry source's demo (TELEMETRY_SOURCE=prometheus make demo).
+    fleet.add_argument(
+        "--exporter-only",
+        action="store_true",
+        help="post nothing; each node serves /metrics (dcgm-exporter names) on its own port",
+    )
+    fleet.add_argument(
+        "--metrics-base-port",
+        type=int,
+        default=0,
+        help="with --exporter-only: node i (name order) on port N+i; 0 (default): any free port",
+    )
+    fleet.add_argument(
+        "--metrics-address",
+        default="127.0.0.1",
+        help="with --exporter-only: the address the exporters bind (default 127.0.0.1)",
+    )
+    fleet.add_argument(
+        "--targets-file",
+        help="with --exporter-only: write the exporters as a Prometheus file_sd JSON file",
+    )
+    fleet.add_argument(
+        "--pods",
+        help='JSON: {"node": {"<gpu>" or "<gpu>/<mig>": "namespace/pod[/container]"}}, '
+        "who holds which device (the pod labels of /metrics, processes[].pod in reports)",
+    )
     return parser
 
 
@@ -226,18 +252,63 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_json(path: str | None, what: str) -> Any:
+    """A JSON file's content, or an error line (returned as str) naming the file."""
+    if not path:
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError) as exc:
+        return f"cannot read the {what} file {path}: {exc}"
+
+
 def cmd_fleet(args: argparse.Namespace) -> int:
     from gpuagent.fleet import Fleet
 
-    if not args.portal:
-        log.error("set --portal or PORTAL_URL")
+    if not args.portal and not args.exporter_only:
+        log.error("set --portal or PORTAL_URL (or use --exporter-only)")
         return 2
-    fleet = Fleet.from_file(
-        args.tokens, args.portal, interval_s=args.interval, workers=args.workers, seed=args.seed
-    )
+    if args.targets_file and not args.exporter_only:
+        log.error("--targets-file needs --exporter-only")
+        return 2
+    if not 0 <= args.metrics_base_port <= 65535:
+        log.error("--metrics-base-port must be a port number (0: any free port)")
+        return 2
+    spec, pods = _read_json(args.tokens, "tokens"), _read_json(args.pods, "pods")
+    for loaded in (spec, pods):
+        if isinstance(loaded, str):
+            log.error("%s", loaded)
+            return 2
+    if not isinstance(spec, dict) or not isinstance(pods, dict):
+        log.error("--tokens and --pods must each hold a JSON object keyed by node name")
+        return 2
+    try:
+        fleet = Fleet.from_spec(
+            spec,
+            None if args.exporter_only else args.portal,
+            interval_s=args.interval,
+            workers=args.workers,
+            seed=args.seed,
+            exporter_only=args.exporter_only,
+            metrics_base_port=args.metrics_base_port,
+            metrics_address=args.metrics_address,
+            pods=pods,
+        )
+    except OSError as exc:
+        log.error("%s", exc)
+        return 2
+    if args.targets_file:
+        fleet.write_targets(args.targets_file, _connect_address(args.metrics_address))
+        log.info("wrote %d scrape target(s) to %s", len(fleet.nodes), args.targets_file)
     fleet.install_signal_handlers()
     fleet.run()
     return 0
+
+
+def _connect_address(bind: str) -> str:
+    """Where a local Prometheus reaches an exporter bound to ``bind``."""
+    return "127.0.0.1" if bind in ("", "0.0.0.0", "::") else bind  # noqa: S104
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,12 +23,23 @@ device plugin marked devices unhealthy (allocatable < capacity).
 :func:`scenarios` is the one place a node's fake GPUs are defined: the live fleet and the
 history backfill (``gpuagent.fleet_history``) both use it, so the backfilled week and the
 live reports describe the same GPUs (same UUIDs, patterns and phases).
+
+**Exporter-only** (``exporter_only=True``; ``python -m gpuagent fleet --exporter-only``):
+the Prometheus telemetry source's demo. Nothing is posted; each fake node serves its own
+``/metrics`` (:class:`gpuagent.exporter.Exporter`, dcgm-exporter's names) on its own
+local port, as a dcgm-exporter pod per node would, and :meth:`Fleet.write_targets` writes
+the targets as a Prometheus ``file_sd`` file (``instance`` is the node name, so series
+keep their identity when a restart moves a port). An optional pods mapping (``--pods``:
+``{"node": {"0": "namespace/pod", "2/1": "ns/pod/container"}}``, keys a GPU index or
+``gpu/MIG index``) stands in for the kubelet's pod-resources answer, giving the series
+dcgm-exporter's ``namespace``/``pod``/``container`` labels.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import signal
 import threading
@@ -40,6 +51,7 @@ from typing import Any
 
 from gpuagent.agent import Agent
 from gpuagent.fake_nvml import FakeNvml, mig_layout, product
+from gpuagent.podresources import StaticPodResolver
 from gpuagent.sender import Sender, reports_url
 
 log = logging.getLogger(__name__)
@@ -138,12 +150,38 @@ def scenarios(spec: dict[str, dict[str, Any]], seed: int = 0) -> list[tuple[str,
     return out
 
 
+def device_pods(nvml: FakeNvml, pods: dict[str, str] | None) -> dict[str, str]:
+    """``{device UUID: "namespace/pod[/container]"}`` from a ``--pods`` entry keyed by GPU
+    index (``"0"``) or GPU and MIG index (``"2/1"``); keys naming no device are ignored."""
+    out: dict[str, str] = {}
+    for key, pod in (pods or {}).items():
+        gpu, _, mig = str(key).partition("/")
+        try:
+            dev = nvml.gpus[int(gpu)]
+            if mig:
+                dev = (dev.mig or [])[int(mig)]
+        except (ValueError, IndexError):
+            log.warning("fake fleet: --pods key %r names no device; ignored", key)
+            continue
+        if isinstance(pod, str) and pod.count("/") in (1, 2):
+            out[dev.uuid] = pod
+    return out
+
+
+def node_pods(spec_pods: dict[str, Any], name: str) -> dict[str, str]:
+    """One node's entry of a ``--pods`` mapping (anything but a dict means none)."""
+    entry = (spec_pods or {}).get(name)
+    return entry if isinstance(entry, dict) else {}
+
+
 @dataclass
 class FleetNode:
     name: str
     agent: Agent
     due: float = 0.0
     busy: bool = False
+    exporter: Any = None  # gpuagent.exporter.Exporter in exporter-only mode
+    port: int = 0
 
 
 class Fleet:
@@ -159,14 +197,24 @@ class Fleet:
     def from_spec(
         cls,
         spec: dict[str, dict[str, Any]],
-        portal: str,
+        portal: str | None,
         *,
         interval_s: float = 15,
         workers: int = 8,
         seed: int = 0,
+        exporter_only: bool = False,
+        metrics_base_port: int = 0,
+        metrics_address: str = "127.0.0.1",
+        pods: dict[str, Any] | None = None,
     ) -> Fleet:
-        url = reports_url(portal)
-        nodes = []
+        """The fleet of ``spec`` (tokens-file shape). ``exporter_only``: serve ``/metrics``
+        per node on ``metrics_base_port + i`` (node ``i`` in name order; base 0: any free
+        port) instead of posting to ``portal``. A port that cannot be bound raises OSError
+        (after closing the exporters already serving), so the caller can say which."""
+        if not exporter_only and not portal:
+            raise ValueError("a portal URL is needed unless exporter_only")
+        url = reports_url(portal) if portal else ""
+        nodes: list[FleetNode] = []
         start = time.time()
         entries = scenarios(spec, seed)
         for k, (name, cfg, scenario) in enumerate(entries):
@@ -175,14 +223,55 @@ class Fleet:
             except ValueError as err:  # one odd node must not stop the whole fleet
                 log.warning("fake fleet: skipping %s: %s", name, err)
                 continue
-            token = str(cfg.get("token", ""))
-            sender = Sender(url, lambda t=token: t, timeout_s=5)
-            agent = Agent(nvml, name, sender, interval_s=interval_s)
-            nodes.append(FleetNode(name, agent, due=start + interval_s * k / max(1, len(entries))))
+            resolver = StaticPodResolver(device_pods(nvml, node_pods(pods or {}, name)))
+            sender = exporter = None
+            port = 0
+            if exporter_only:
+                from gpuagent.exporter import Exporter
+
+                exporter = Exporter()
+                try:
+                    port = exporter.serve(metrics_base_port + k if metrics_base_port else 0,
+                                          metrics_address)  # fmt: skip
+                except OSError as err:
+                    for n in nodes:
+                        n.exporter.close()
+                    want = metrics_base_port + k if metrics_base_port else 0
+                    raise OSError(f"{name}: cannot serve /metrics on "
+                                  f"{metrics_address}:{want}: {err}") from err  # fmt: skip
+            else:
+                token = str(cfg.get("token", ""))
+                sender = Sender(url, lambda t=token: t, timeout_s=5)
+            agent = Agent(nvml, name, sender, interval_s=interval_s, pods=resolver,
+                          exporter=exporter)  # fmt: skip
+            due = start + interval_s * k / max(1, len(entries))
+            if exporter_only:
+                due = start  # a scrape right after start must find a snapshot
+            nodes.append(FleetNode(name, agent, due=due, exporter=exporter, port=port))
         return cls(nodes, workers=workers)
 
+    def targets(self, address: str = "127.0.0.1") -> list[dict[str, Any]]:
+        """The exporters as Prometheus ``file_sd`` entries, one per node (name order).
+
+        ``instance`` is set to the node name: a port can change between runs (the base
+        port taken, a restart), the node cannot, so its series and any backfilled history
+        stay one series. ``address`` is the host Prometheus connects to."""
+        return [
+            {"targets": [f"{address}:{n.port}"], "labels": {"instance": n.name}}
+            for n in self.nodes
+            if n.exporter is not None
+        ]
+
+    def write_targets(self, path: str | Path, address: str = "127.0.0.1") -> None:
+        """Write :meth:`targets` to ``path`` atomically (Prometheus re-reads ``file_sd``
+        files when they change, and a reader must never see half a file)."""
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(self.targets(address), indent=1) + "\n")
+        os.replace(tmp, path)
+
     @classmethod
-    def from_file(cls, path: str | Path, portal: str, **kwargs: Any) -> Fleet:
+    def from_file(cls, path: str | Path, portal: str | None, **kwargs: Any) -> Fleet:
         return cls.from_spec(json.loads(Path(path).read_text()), portal, **kwargs)
 
     def stop(self, *_: Any) -> None:
@@ -203,7 +292,9 @@ class Fleet:
             node.busy = False
 
     def run(self, tick_s: float = 0.5) -> None:
-        log.info("fake agent fleet: %d node(s), %d worker(s)", len(self.nodes), self.workers)
+        mode = "serving /metrics only" if any(n.exporter for n in self.nodes) else "posting"
+        log.info("fake agent fleet: %d node(s), %d worker(s), %s", len(self.nodes),
+                 self.workers, mode)  # fmt: skip
         with ThreadPoolExecutor(self.workers, thread_name_prefix="fake-agent") as pool:
             while not self.stop_event.is_set():
                 now = time.time()
@@ -216,4 +307,6 @@ class Fleet:
                 self.stop_event.wait(tick_s)
         for n in self.nodes:
             n.agent.reader.close()
+            if n.exporter is not None:
+                n.exporter.close()
         log.info("fake agent fleet stopped")

@@ -188,7 +188,9 @@ def test_node_page_charts_come_from_range_queries(client, world):
     assert cards[3]["temp"].last == pytest.approx(43)
     client.force_login(world["admin"])
     page = client.get(reverse("inventory:node", args=[world["node_a"].pk])).content.decode()
-    assert "read from the cluster&#x27;s Prometheus" in page or "read from the cluster's" in page
+    assert "Source: dcgm-exporter via the cluster's Prometheus" in page
+    assert "read from the cluster's Prometheus" in page and "latest sample" in page
+    assert "<h4>Pods <span" in page and "Not in Prometheus: processes" in page
 
 
 def test_fleet_chart_and_products_from_prometheus(client, world):
