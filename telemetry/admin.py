@@ -1,9 +1,11 @@
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.db import transaction
 
 from quotas.audit import record
 
+from . import promstate
 from .models import GpuState, NodeTelemetry, NodeToken, PrometheusSource
+from .promsource import PrometheusUnavailable, QueryRefused
 
 
 @admin.register(NodeToken)
@@ -62,6 +64,30 @@ class PrometheusSourceAdmin(admin.ModelAdmin):
 
     list_display = ["cluster", "url", "cluster_label", "cluster_value", "secret_env", "enabled"]
     list_filter = ["enabled"]
+    actions = ["check_now"]
+
+    @admin.action(description="Check now: read the latest GPU state from the selected sources")
+    def check_now(self, request, queryset) -> None:
+        """What the minute's sync would do, now, with what it found or why it failed: the
+        way to see that the URL, credentials and cluster label are right."""
+        for source in queryset.select_related("cluster"):
+            try:
+                r = promstate.sync_source(source)
+            except (PrometheusUnavailable, QueryRefused) as err:
+                self.message_user(request, f"{source.cluster}: {err}", messages.ERROR)
+                continue
+            text = f"{source.cluster}: {r.gpus} GPUs on {r.nodes} nodes read from {source.url}."
+            level = messages.SUCCESS
+            if not r.gpus:
+                level = messages.WARNING
+                text += (" No series matched: check the cluster label and value, and that "
+                         "Prometheus scrapes dcgm-exporter.")  # fmt: skip
+            if r.unknown_hosts:
+                level = messages.WARNING
+                text += (f" {len(r.unknown_hosts)} nodes in Prometheus are not in this cluster's "
+                         f"inventory (e.g. {', '.join(r.unknown_hosts[:3])}): is the cluster "
+                         "label right, and is Hostname the Kubernetes node name?")  # fmt: skip
+            self.message_user(request, text, level)
 
     def save_model(self, request, obj, form, change) -> None:
         with transaction.atomic():
@@ -70,6 +96,11 @@ class PrometheusSourceAdmin(admin.ModelAdmin):
                       "timeout_seconds", "enabled"]  # fmt: skip
             record(request.user, "telemetry.source_" + ("changed" if change else "added"), obj,
                    after={f: getattr(obj, f) for f in fields}, note=str(obj.cluster))  # fmt: skip
+        self.message_user(
+            request,
+            "The GPU state is read within a minute; the action \u201cCheck now\u201d reads it "
+            "at once and says what it found.",
+        )
 
     def delete_model(self, request, obj) -> None:
         with transaction.atomic():

@@ -335,3 +335,24 @@ def test_sync_prometheus_command_reports_each_source(world, capsys):
     out = capsys.readouterr().out
     assert "prod: 4 GPUs on 1 nodes, 1 unknown nodes" in out
     assert "eng: 2 GPUs on 1 nodes" in out
+
+
+def test_admins_check_a_source_now_and_see_what_it_found(client, world):
+    admin_user = make_user("su", staff=True)
+    admin_user.is_superuser = True
+    admin_user.save()
+    client.force_login(admin_user)
+    PrometheusSource.objects.create(
+        cluster=make_cluster("dark"), url=_closed_port(), timeout_seconds=1
+    )
+    ids = [str(pk) for pk in PrometheusSource.objects.values_list("pk", flat=True)]
+    response = client.post(
+        reverse("admin:telemetry_prometheussource_changelist"),
+        {"action": "check_now", "_selected_action": ids},
+        follow=True,
+    )
+    assert response.status_code == 200
+    found = [str(m) for m in response.context["messages"]]
+    assert any(m.startswith("Prod: 4 GPUs on 1 nodes") and "gpu-unknown" in m for m in found)
+    assert any(m.startswith("Eng: 2 GPUs on 1 nodes") for m in found)
+    assert any(m.startswith("Dark: Prometheus at") and "cannot be reached" in m for m in found)
