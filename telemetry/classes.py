@@ -248,13 +248,17 @@ def idle_by_class(allocations: list[Allocation], now: datetime | None = None) ->
     if not allocations:
         return []
     gpus = {g.pk: g for a in allocations for g in a.gpu_states}
-    busy = sources.last_busy(list(gpus.values()), now, idle_threshold_pct(), FIVE_MINUTE_RETENTION)
+    busy, floors = sources.last_busy(
+        list(gpus.values()), now, idle_threshold_pct(), FIVE_MINUTE_RETENTION
+    )
     classes = load_classes(a.node.gpu_class_id for a in allocations)
     floor = now - FIVE_MINUTE_RETENTION
     groups: dict = {}
     for a in allocations:
         a.gpu_class = classes.get(a.node.gpu_class_id)
-        starts = [floor] + [busy[g] for g in a.gpu_ids if g in busy]
+        # From the start of what the source looked at, or the last busy point after it.
+        starts = [floors.get(g, floor) for g in a.gpu_ids] + [floor]
+        starts += [busy[k] for k in a.judged_keys() if k in busy]
         if a.since is not None:
             starts.append(a.since)
         a.idle_since = min(max(starts), now)

@@ -79,6 +79,15 @@ class Allocation:
     def key(self) -> NsKey:
         return (self.node.cluster_id, self.namespace)
 
+    def judged_keys(self) -> list:
+        """What its idleness is judged on: each GPU id, or (GPU id, MIG instance id) for
+        the instances the telemetry says it holds."""
+        return [
+            key
+            for g in self.gpu_ids
+            for key in ([(g, i) for i in sorted(self.instances[g])] if g in self.instances else [g])
+        ]
+
     @property
     def gpus(self) -> int:
         """GPUs this allocation holds (requests: what it asked for, up to the candidates)."""
@@ -235,11 +244,7 @@ def idle_allocations(
     teams = namespace_teams(a.key for a in allocations)
     out = []
     for a in allocations:
-        judged = [
-            key
-            for g in a.gpu_ids
-            for key in ([(g, i) for i in sorted(a.instances[g])] if g in a.instances else [g])
-        ]
+        judged = a.judged_keys()
         if not judged or not all(k in idle for k in judged) or a.gpus == 0:
             continue
         a.team = teams.get(a.key)

@@ -132,13 +132,18 @@ def last_hour_util(gpus, now: datetime) -> dict[int, float]:
     return out
 
 
-def last_busy(gpus, now: datetime, threshold: float, lookback: timedelta) -> dict:
-    """{gpu id: when its last 5-minute point at or above ``threshold`` ended}."""
+def last_busy(gpus, now: datetime, threshold: float, lookback: timedelta) -> tuple[dict, dict]:
+    """({gpu id or (gpu id, MIG instance id): when its last 5-minute point at or above
+    ``threshold`` ended}, {gpu id: the earliest instant its source looked at, where that is
+    later than ``now - lookback``})."""
     mine, theirs = _split(gpus)
-    out = agent.last_busy([g.pk for g in mine], now, threshold)
+    busy = agent.last_busy([g.pk for g in mine], now, threshold)
+    floors: dict = {}
     for cluster_id, some in theirs.items():
-        out.update(_ask(cluster_id, {}, "last_busy", some, now, threshold, lookback))
-    return out
+        b, f = _ask(cluster_id, ({}, {}), "last_busy", some, now, threshold, lookback)
+        busy.update(b)
+        floors.update(f)
+    return busy, floors
 
 
 def gpu_hours(gpus, start: datetime, end: datetime, now: datetime, *, by_hour: bool = False):

@@ -29,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 
 from inventory.models import base_product
 
-from ..promsource import ENGINE_ACTIVE, GPU_UTIL, MAX_RANGE, PromClient, host_of
+from ..promsource import ENGINE_ACTIVE, GPU_UTIL, PromClient, host_of
 
 NAME = "prometheus"
 FB_USED = "DCGM_FI_DEV_FB_USED"
@@ -42,6 +42,9 @@ BY_GPU = "Hostname, hostname, gpu"
 BY_INSTANCE = "Hostname, hostname, gpu, GPU_I_ID"
 # Up to this many nodes, queries name them (a host matcher); beyond, they read the cluster.
 HOST_MATCHER_MAX = 200
+# How far back "idle since" looks (the agent source: its 30 days of 5-minute points). Each
+# step reads the idle GPUs' samples once, so the cost grows with the span.
+BUSY_LOOKBACK = timedelta(days=7)
 
 
 def _seconds(d: timedelta) -> int:
@@ -129,16 +132,25 @@ class PromHistory:
         rows = self.client.instant(f"avg by ({BY_GPU}) ({act})", at=now)
         return _by_gpu(rows, index)
 
-    def last_busy(self, gpus, now: datetime, threshold: float, lookback: timedelta) -> dict:
-        """{gpu id: end of its last 5-minute point at or above ``threshold``}."""
+    def last_busy(self, gpus, now: datetime, threshold: float, lookback: timedelta):
+        """({gpu id: end of its last 5-minute point at or above ``threshold``, (gpu id,
+        GPU_I_ID): the same per MIG instance}, {gpu id: now - the span looked at}). The span
+        is at most ``BUSY_LOOKBACK``: an idle figure never claims more than was looked at."""
         index = self._index(gpus)
-        points = self._points(BY_GPU, self._hosts(gpus))
-        r = _seconds(min(lookback, MAX_RANGE))
-        expr = f"max_over_time(timestamp(({points}) >= {float(threshold)})[{r}s:5m])"
-        return {
-            gpu_id: datetime.fromtimestamp(v, UTC)
-            for gpu_id, v in _by_gpu(self.client.instant(expr, at=now), index).items()
-        }
+        points = self._points(BY_INSTANCE, self._hosts(gpus))
+        back = min(lookback, BUSY_LOOKBACK)
+        expr = f"max_over_time(timestamp(({points}) >= {float(threshold)})[{_seconds(back)}s:5m])"
+        busy: dict = {}
+        for s in self.client.instant(expr, at=now):
+            host, gpu, gi = _key(s.labels)
+            gpu_id = index.get((host, gpu))
+            if gpu_id is None:
+                continue
+            when = datetime.fromtimestamp(s.value, UTC)
+            if gi:
+                busy[(gpu_id, gi)] = when
+            busy[gpu_id] = max(busy.get(gpu_id, when), when)
+        return busy, {gpu_id: now - back for gpu_id in index.values()}
 
     def gpu_hours(self, gpus, start: datetime, end: datetime, now: datetime, *, by_hour=False):
         """[(gpu id, hour or None, reported hours, busy hours)] as the agent source."""

@@ -29,7 +29,7 @@ from django.utils import timezone
 
 from devstack.promhistory import Family, create_blocks, write_openmetrics
 from quotas.models import Grant, QuotaRequest
-from telemetry import insight, promstate, retention, showback, sources, views
+from telemetry import classes, insight, promstate, retention, showback, sources, views
 from telemetry.models import GpuState, NodeTelemetry, PrometheusSource
 from telemetry.visibility import PodNames
 from tests.factories import make_cluster, make_node, make_pod
@@ -220,6 +220,11 @@ def test_idle_insight_uses_the_exporters_metric_and_judges_mig_instances(client,
     by_pod = {a.pod: a for a in idle}
     assert by_pod["idle"].max_util_pct == pytest.approx(1.0)
     assert by_pod["mig-idle"].max_util_pct == pytest.approx(1.0)  # instance 1, not the GPU
+    # Idle since the pods started two days ago: no 5-minute point of GPU 2, or of instance 1
+    # (its neighbour works), reached the threshold in what Prometheus holds.
+    classes.idle_by_class(idle)
+    for a in idle:
+        assert a.idle_gpu_hours == pytest.approx(48, abs=0.1), a.pod
     client.force_login(world["admin"])
     page = client.get(reverse("telemetry:idle")).content.decode()
     assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in page and "mig-idle" in page
