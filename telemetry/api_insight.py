@@ -18,7 +18,7 @@ from rest_framework.response import Response
 from quotas.models import Team, TeamNamespace
 from quotas.scoping import visible_to
 
-from . import classes, insight, showback
+from . import classes, insight, showback, sources
 
 
 class ShowbackRowSerializer(serializers.Serializer):
@@ -73,6 +73,21 @@ class TeamCostSerializer(serializers.Serializer):
     unweighted_allocated_gpu_hours = serializers.FloatField()
 
 
+class OutageSerializer(serializers.Serializer):
+    cluster = serializers.CharField()
+    message = serializers.CharField(help_text="why its Prometheus could not answer")
+
+
+UNAVAILABLE_HELP = (
+    "clusters whose telemetry source did not answer: their GPUs' measured figures are "
+    "missing from this answer (the pages show a banner)"
+)
+
+
+def _outages() -> list[dict]:
+    return [{"cluster": o.cluster, "message": o.message} for o in sources.outages()]
+
+
 class ShowbackSerializer(serializers.Serializer):
     month = serializers.CharField()
     start = serializers.DateTimeField()
@@ -82,6 +97,7 @@ class ShowbackSerializer(serializers.Serializer):
         many=True, help_text="results split by GPU class; they add up to results per team"
     )
     team_costs = TeamCostSerializer(many=True, help_text="weighted totals per team")
+    telemetry_unavailable = OutageSerializer(many=True, help_text=UNAVAILABLE_HELP)
 
 
 @extend_schema(
@@ -115,6 +131,7 @@ def showback_api(request):
             "results": [r.as_dict() for r in showback.rows(led)],
             "classes": [r.as_dict() for r in report.rows],
             "team_costs": [t.as_dict() for t in report.teams],
+            "telemetry_unavailable": _outages(),
         }
     )
 
@@ -160,6 +177,7 @@ class IdleSerializer(serializers.Serializer):
     window_hours = serializers.FloatField()
     classes = IdleClassSerializer(many=True, help_text="per GPU class, costliest first")
     results = IdleAllocationSerializer(many=True)
+    telemetry_unavailable = OutageSerializer(many=True, help_text=UNAVAILABLE_HELP)
 
 
 @extend_schema(operation_id="idle_allocations", tags=["telemetry"], responses=IdleSerializer)
@@ -181,5 +199,6 @@ def idle_api(request):
             "window_hours": insight.idle_window().total_seconds() / 3600,
             "classes": [c.as_dict() for c in summary],
             "results": [classes.idle_allocation_dict(a) for a in allocations],
+            "telemetry_unavailable": _outages(),
         }
     )

@@ -330,6 +330,10 @@ def test_an_outage_is_a_banner_on_every_telemetry_page_never_a_500(client):
         page = response.content.decode()
         assert "Telemetry of cluster Dark is unavailable." in page, url
         assert "cannot be reached" in page, url
+    for name in ("idle-allocations", "showback"):
+        body = client.get(f"/api/v1/{name}/").json()
+        assert [o["cluster"] for o in body["telemetry_unavailable"]] == ["Dark"], name
+        assert "cannot be reached" in body["telemetry_unavailable"][0]["message"]
     assert promstate.sync_all()["dark"].startswith("Prometheus at")
 
 
