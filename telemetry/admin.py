@@ -93,7 +93,7 @@ class PrometheusSourceAdmin(admin.ModelAdmin):
         with transaction.atomic():
             super().save_model(request, obj, form, change)
             fields = ["url", "cluster_label", "cluster_value", "secret_env", "ca_file",
-                      "timeout_seconds", "enabled"]  # fmt: skip
+                      "timeout_seconds", "recorded_activity", "enabled"]  # fmt: skip
             record(request.user, "telemetry.source_" + ("changed" if change else "added"), obj,
                    after={f: getattr(obj, f) for f in fields}, note=str(obj.cluster))  # fmt: skip
         self.message_user(

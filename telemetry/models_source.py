@@ -49,6 +49,15 @@ class PrometheusSource(models.Model):
         max_length=500, blank=True, help_text="CA bundle to verify its TLS certificate"
     )
     timeout_seconds = models.FloatField(default=10.0)
+    # deploy/monitoring/prometheus-rules.yaml records each GPU's 5-minute mean activity;
+    # reading those is ~20x cheaper than the raw samples, but they only exist from the
+    # moment the rules run (or where promtool backfilled them).
+    recorded_activity = models.BooleanField(
+        default=False,
+        help_text="read the recorded 5-minute means (portal:dcgm_gpu_util:avg5m, "
+        "portal:dcgm_gr_engine_active:avg5m from deploy/monitoring/prometheus-rules.yaml) "
+        "instead of raw samples; turn on once they cover the history you need",
+    )
     enabled = models.BooleanField(default=True)
 
     def __str__(self) -> str:

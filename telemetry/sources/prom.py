@@ -13,6 +13,10 @@ Prometheus from the raw samples, with the same definitions (docs/telemetry.md,
 - **reported hours** of a GPU are its 5-minute points with data x 5 minutes, **busy
   hours** the same weighted by each point's mean activity (showback, renewals).
 
+With ``recorded_activity`` on, the 5-minute means come from the recording rules shipped in
+deploy/monitoring/prometheus-rules.yaml (``RECORDED``) instead of the raw counters: one
+sample per 5 minutes and GPU to read, whatever the scrape interval.
+
 Series are matched to the portal's GPUs by node name (``Hostname``, or ``hostname`` as
 dcgm-exporter's newest releases spell it) and ``gpu`` (the index); MIG instances by
 ``GPU_I_ID`` (NVIDIA/dcgm-exporter ``internal/pkg/rendermetrics/render_metrics.go``).
@@ -40,6 +44,12 @@ HOUR = timedelta(hours=1)
 FIVE_MIN_H = 5 / 60
 BY_GPU = "Hostname, hostname, gpu"
 BY_INSTANCE = "Hostname, hostname, gpu, GPU_I_ID"
+# The recording rules of deploy/monitoring/prometheus-rules.yaml (5-minute means, percent):
+# read instead of the raw counters where the source says so (``recorded_activity``).
+RECORDED = {
+    GPU_UTIL: "portal:dcgm_gpu_util:avg5m",
+    ENGINE_ACTIVE: "portal:dcgm_gr_engine_active:avg5m",
+}
 # Up to this many nodes, queries name them (a host matcher); beyond, they read the cluster.
 HOST_MATCHER_MAX = 200
 # How far back "idle since" looks (the agent source: its 30 days of 5-minute points). Each
@@ -58,7 +68,8 @@ class PromHistory:
 
     def __init__(self, client: PromClient) -> None:
         self.client = client
-        self._activity: tuple[str, str] | None = None  # (metric, form), asked once
+        # (metric, the series read, PromQL form in percent), asked once per instance
+        self._activity: tuple[str, str, str] | None = None
 
     # -- building blocks -------------------------------------------------------------------
 
@@ -79,16 +90,25 @@ class PromHistory:
     def activity(self, fn: str = "avg_over_time", window: str = "5m", hosts=None) -> str:
         """PromQL, in percent, of how busy a GPU is over ``window`` (module docstring)."""
         if self._activity is None:
-            engine = self.client.instant(f"count({self.client.selector(ENGINE_ACTIVE)})")
-            has_engine = bool(engine) and engine[0].value > 0
-            self._activity = (ENGINE_ACTIVE, "100 * ({})") if has_engine else (GPU_UTIL, "({})")
-        metric, form = self._activity
-        return form.format(self.over(fn, metric, window, hosts))
+            recorded = self.client.source.recorded_activity
+            engine_series = RECORDED[ENGINE_ACTIVE] if recorded else ENGINE_ACTIVE
+            engine = self.client.instant(f"count({self.client.selector(engine_series)})")
+            if engine and engine[0].value > 0:
+                self._activity = (
+                    ENGINE_ACTIVE,
+                    engine_series,
+                    "({})" if recorded else "100 * ({})",
+                )
+            else:
+                self._activity = (GPU_UTIL, RECORDED[GPU_UTIL] if recorded else GPU_UTIL, "({})")
+        _, series, form = self._activity
+        return form.format(self.over(fn, series, window, hosts))
 
     def metric_name(self) -> str:
         """The metric :meth:`activity` reads (said on the pages)."""
         self.activity()
-        return self._activity[0]
+        metric, series, _ = self._activity
+        return metric if series == metric else f"{metric} (recorded: {series})"
 
     def _points(self, by: str, hosts=None) -> str:
         """5-minute means of activity, one series per GPU (or MIG instance)."""

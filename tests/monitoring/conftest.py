@@ -34,6 +34,16 @@ def alerts() -> dict[str, dict]:
     }
 
 
+def records() -> dict[str, dict]:
+    """{recorded series name: rule} of every group."""
+    return {
+        r["record"]: r
+        for group in prometheus_rule()["spec"]["groups"]
+        for r in group["rules"]
+        if "record" in r
+    }
+
+
 @pytest.fixture
 def rules_file(tmp_path) -> Path:
     """spec.groups of the PrometheusRule as a plain Prometheus rules file."""

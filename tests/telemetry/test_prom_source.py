@@ -42,6 +42,7 @@ from .telebuilders import fill_5m, make_telemetry
 pytestmark = pytest.mark.django_db
 
 HOURS = 26
+RECORDED_HOURS = 20
 A100 = "NVIDIA A100-SXM4-80GB"
 PROD = [  # (gpu, namespace/pod or None, utilisation %)
     ("0", "vision-train/busy", 80.0),
@@ -70,11 +71,15 @@ def _families(end: float) -> list[Family]:
 
     prod = {"cluster": "prod", "Hostname": "gpu-a", "modelName": A100,
             "DCGM_FI_DRIVER_VERSION": "550.90.07"}  # fmt: skip
-    util, used, free, temp = [], [], [], []
+    util, used, free, temp, recorded = [], [], [], [], []
+    # What the recording rule portal:dcgm_gpu_util:avg5m would have written, for the last
+    # RECORDED_HOURS only (the rule started later than the exporter).
+    every5 = [end - 300 * i for i in range(RECORDED_HOURS * 12, -1, -1)]
     for gpu, pod, value in PROD:
         labels = {**prod, "gpu": gpu, "UUID": f"GPU-a{gpu}", "device": f"nvidia{gpu}",
                   **_pod_labels(pod)}  # fmt: skip
         util.append((labels, flat(value)))
+        recorded.append((labels, [(t, value) for t in every5]))
         used.append((labels, flat(20000.0 if pod else 0.0)))
         free.append((labels, flat(61920.0 if pod else 81920.0)))
         temp.append((labels, flat(40.0 + float(gpu))))
@@ -92,6 +97,7 @@ def _families(end: float) -> list[Family]:
         Family("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", used),
         Family("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", free),
         Family("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", temp),
+        Family("portal:dcgm_gpu_util:avg5m", "recorded", recorded),
         Family(
             "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "Ratio of time the graphics engine is active.", engine
         ),
@@ -365,3 +371,28 @@ def test_admins_check_a_source_now_and_see_what_it_found(client, world):
     assert any(m.startswith("Prod: 4 GPUs on 1 nodes") and "gpu-unknown" in m for m in found)
     assert any(m.startswith("Eng: 2 GPUs on 1 nodes") for m in found)
     assert any(m.startswith("Dark: Prometheus at") and "cannot be reached" in m for m in found)
+
+
+def test_recorded_five_minute_means_are_read_where_the_source_says_so(world):
+    """deploy/monitoring's recording rule: same definitions, fewer samples read."""
+    now = timezone.now()
+    gpus = list(GpuState.objects.filter(node=world["node_a"]).select_related("node"))
+    window = timedelta(hours=2)
+    raw_stats, _ = sources.window_stats(gpus, now, window)
+    raw_hours = {
+        g: h for g, _, h, _ in sources.gpu_hours(gpus, now - timedelta(hours=25), now, now)
+    }
+    PrometheusSource.objects.filter(cluster=world["prod"]).update(recorded_activity=True)
+    stats, metrics = sources.window_stats(gpus, now, window)
+    assert metrics[world["prod"].pk] == (
+        "DCGM_FI_DEV_GPU_UTIL (recorded: portal:dcgm_gpu_util:avg5m)"
+    )
+    for g in gpus:
+        assert stats[g.pk][0] == raw_stats[g.pk][0]
+        assert abs(stats[g.pk][1] - raw_stats[g.pk][1]) <= 1
+    hours = {g: h for g, _, h, _ in sources.gpu_hours(gpus, now - timedelta(hours=25), now, now)}
+    # The recorded series start 20 hours back, the raw samples 26: what was read shows.
+    for g in gpus:
+        assert raw_hours[g.pk] == pytest.approx(25, abs=0.1)
+        assert hours[g.pk] == pytest.approx(RECORDED_HOURS, abs=0.1)
+    assert {a.pod for a in insight.idle_allocations() if a.node == world["node_a"]} == {"idle"}
