@@ -163,7 +163,7 @@ class PromClient:
             ) from err
         except requests.RequestException as err:
             raise PrometheusUnavailable(
-                f"Prometheus at {self.base} cannot be reached: {err}"
+                f"Prometheus at {self.base} cannot be reached: {_why(err)}."
             ) from err
         try:
             body = resp.json()
@@ -194,6 +194,26 @@ class PromClient:
             points = [(float(t), float(v)) for t, v in pairs]
             out.append(Series(dict(item.get("metric") or {}), points))
         return out
+
+
+# What a connection failure means, in words (requests' own text is a nest of wrappers).
+_WHY = (
+    ("Connection refused", "connection refused (is it running, on that port?)"),
+    ("Name or service not known", "its host name does not resolve"),
+    ("nodename nor servname", "its host name does not resolve"),
+    ("Temporary failure in name resolution", "its host name does not resolve"),
+    ("CERTIFICATE_VERIFY_FAILED", "its TLS certificate is not trusted (set the CA file)"),
+    ("No route to host", "no route to its host"),
+    ("Connection reset", "the connection was reset"),
+)
+
+
+def _why(err: Exception) -> str:
+    text = str(err)
+    for needle, why in _WHY:
+        if needle in text:
+            return why
+    return f"{type(err).__name__} ({text[:200]})"
 
 
 def client_for(cluster) -> PromClient | None:

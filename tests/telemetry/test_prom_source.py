@@ -335,7 +335,7 @@ def test_an_outage_is_a_banner_on_every_telemetry_page_never_a_500(client):
         assert response.status_code == 200, url
         page = response.content.decode()
         assert "Telemetry of cluster Dark is unavailable." in page, url
-        assert "cannot be reached" in page, url
+        assert "cannot be reached: connection refused" in page, url
     for name in ("idle-allocations", "showback"):
         body = client.get(f"/api/v1/{name}/").json()
         assert [o["cluster"] for o in body["telemetry_unavailable"]] == ["Dark"], name
