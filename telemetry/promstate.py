@@ -85,19 +85,14 @@ class SyncResult:
 
 
 def _collect(client: PromClient) -> dict[tuple[str, str], _Gpu]:
+    """One instant query per metric, and one for when each GPU was last sampled."""
     gpus: dict[tuple[str, str], _Gpu] = defaultdict(_Gpu)
     for metric, what in METRICS.items():
-        sel = client.selector(metric)
-        stamps = {
-            tuple(sorted(s.labels.items())): s.value for s in client.instant(f"timestamp({sel})")
-        }
-        for s in client.instant(sel):
+        for s in client.instant(client.selector(metric)):
             host, index = host_of(s.labels), s.labels.get("gpu", "")
             if not host or not index.isdigit():
                 continue
             g = gpus[(host, index)]
-            seen = stamps.get(tuple(sorted((k, v) for k, v in s.labels.items() if k != "__name__")))
-            g.seen = max(g.seen, seen or 0.0)
             gi = s.labels.get("GPU_I_ID") or None
             if not g.labels or gi is None:
                 g.labels = s.labels
@@ -109,6 +104,18 @@ def _collect(client: PromClient) -> dict[tuple[str, str], _Gpu]:
                 inst[what] = s.value
             else:
                 g.values[what] = s.value
+    # Framebuffer memory is there for whole GPUs and MIG instances alike (utilisation is
+    # not, on MIG GPUs); one series per GPU.
+    for metric in ("DCGM_FI_DEV_FB_USED", GPU_UTIL):
+        stamps = client.instant(
+            f"max by (Hostname, hostname, gpu) (timestamp({client.selector(metric)}))"
+        )
+        for s in stamps:
+            g = gpus.get((host_of(s.labels), s.labels.get("gpu", "")))
+            if g is not None:
+                g.seen = max(g.seen, s.value)
+        if stamps:
+            break
     return gpus
 
 

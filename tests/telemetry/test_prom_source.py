@@ -161,6 +161,9 @@ def test_latest_state_is_copied_from_the_exporter_series(world):
     assert gpus[3].xid_last == 79 and gpus[3].processes == []
     tele = NodeTelemetry.objects.get(node=world["node_a"])
     assert (tele.agent_version, tele.driver_version) == (promstate.EXPORTER, "550.90.07")
+    # The GPU's time is its latest sample's (stale 3 minutes after it), not the sync's.
+    assert g0.reported_at == tele.last_report_timestamp < tele.last_report_at
+    assert g0.stale_after == g0.reported_at + promstate.STALE_AFTER
     mig = GpuState.objects.get(node=world["node_m"], index=0)
     assert [(d["index"], d["profile"], d["memory_total_mib"]) for d in mig.mig_devices] == [
         (1, "3g.40gb", 40000), (2, "3g.40gb", 40000),
