@@ -55,6 +55,8 @@ HOST_MATCHER_MAX = 200
 # How far back "idle since" looks (the agent source: its 30 days of 5-minute points). Each
 # step reads the idle GPUs' samples once, so the cost grows with the span.
 BUSY_LOOKBACK = timedelta(days=7)
+# ... of which the last day point by point (5-minute means), the rest hour by hour.
+RECENT_BUSY = timedelta(hours=24)
 
 
 def _seconds(d: timedelta) -> int:
@@ -119,66 +121,100 @@ class PromHistory:
         return {(g.node.name, str(g.index)): g.pk for g in gpus}
 
     @staticmethod
-    def _hosts(gpus) -> set[str]:
-        return {g.node.name for g in gpus}
+    def _batches(gpus):
+        """(node names, their GPUs) in batches of at most HOST_MATCHER_MAX nodes: every query
+        names the nodes it asks about, so its cost follows the GPUs asked, not the cluster."""
+        by_host: dict[str, list] = defaultdict(list)
+        for g in gpus:
+            by_host[g.node.name].append(g)
+        hosts = sorted(by_host)
+        for i in range(0, len(hosts), HOST_MATCHER_MAX):
+            chunk = hosts[i : i + HOST_MATCHER_MAX]
+            yield chunk, [g for h in chunk for g in by_host[h]]
 
     # -- the interface ---------------------------------------------------------------------
 
     def window_stats(self, gpus, now: datetime, window: timedelta) -> dict:
         """{gpu id: (peak 5-minute mean, points)} and {(gpu id, GPU_I_ID): ...} per MIG
         instance; a GPU's own figures are the highest of its instances'."""
-        index = self._index(gpus)
-        points = self._points(BY_INSTANCE, self._hosts(gpus))
-        w = _seconds(window)
-        peaks = self.client.instant(f"max_over_time(({points})[{w}s:5m])", at=now)
-        counts = self.client.instant(f"count_over_time(({points})[{w}s:5m])", at=now)
-        n_of = {_key(s.labels): s.value for s in counts}
         out: dict = {}
-        for s in peaks:
-            host, gpu, gi = _key(s.labels)
-            gpu_id = index.get((host, gpu))
-            if gpu_id is None:
-                continue
-            cell = (s.value, int(n_of.get((host, gpu, gi), 0)))
-            if gi:
-                out[(gpu_id, gi)] = cell
-            old = out.get(gpu_id)
-            out[gpu_id] = cell if old is None else (max(old[0], cell[0]), max(old[1], cell[1]))
+        w = _seconds(window)
+        for hosts, some in self._batches(gpus):
+            index = self._index(some)
+            points = self._points(BY_INSTANCE, hosts)
+            peaks = self.client.instant(f"max_over_time(({points})[{w}s:5m])", at=now)
+            counts = self.client.instant(f"count_over_time(({points})[{w}s:5m])", at=now)
+            n_of = {_key(s.labels): s.value for s in counts}
+            for s in peaks:
+                host, gpu, gi = _key(s.labels)
+                gpu_id = index.get((host, gpu))
+                if gpu_id is None:
+                    continue
+                cell = (s.value, int(n_of.get((host, gpu, gi), 0)))
+                if gi:
+                    out[(gpu_id, gi)] = cell
+                old = out.get(gpu_id)
+                out[gpu_id] = cell if old is None else (max(old[0], cell[0]), max(old[1], cell[1]))
         return out
 
     def last_hour_util(self, gpus, now: datetime) -> dict[int, float]:
-        index = self._index(gpus)
-        act = self.activity(window="1h", hosts=self._hosts(gpus))
-        rows = self.client.instant(f"avg by ({BY_GPU}) ({act})", at=now)
-        return _by_gpu(rows, index)
+        out: dict[int, float] = {}
+        for hosts, some in self._batches(gpus):
+            act = self.activity(window="1h", hosts=hosts)
+            rows = self.client.instant(f"avg by ({BY_GPU}) ({act})", at=now)
+            out.update(_by_gpu(rows, self._index(some)))
+        return out
 
     def last_busy(self, gpus, now: datetime, threshold: float, lookback: timedelta):
         """({gpu id: end of its last 5-minute point at or above ``threshold``, (gpu id,
-        GPU_I_ID): the same per MIG instance}, {gpu id: now - the span looked at}). The span
-        is at most ``BUSY_LOOKBACK``: an idle figure never claims more than was looked at."""
-        index = self._index(gpus)
-        points = self._points(BY_INSTANCE, self._hosts(gpus))
+        GPU_I_ID): the same per MIG instance}, {gpu id: now - the span looked at}).
+
+        The last ``RECENT_BUSY`` are read point by point (5-minute means); GPUs not busy in
+        them are looked for further back, to ``BUSY_LOOKBACK``, hour by hour (the highest
+        sample of each hour: a lone busy sample counts, so "idle since" errs late, never
+        early). An idle figure never claims more than was looked at."""
         back = min(lookback, BUSY_LOOKBACK)
-        expr = f"max_over_time(timestamp(({points}) >= {float(threshold)})[{_seconds(back)}s:5m])"
+        thr = float(threshold)
         busy: dict = {}
-        for s in self.client.instant(expr, at=now):
-            host, gpu, gi = _key(s.labels)
-            gpu_id = index.get((host, gpu))
-            if gpu_id is None:
-                continue
-            when = datetime.fromtimestamp(s.value, UTC)
-            if gi:
-                busy[(gpu_id, gi)] = when
-            busy[gpu_id] = max(busy.get(gpu_id, when), when)
-        return busy, {gpu_id: now - back for gpu_id in index.values()}
+
+        def take(series, index) -> None:
+            for s in series:
+                host, gpu, gi = _key(s.labels)
+                gpu_id = index.get((host, gpu))
+                if gpu_id is None:
+                    continue
+                when = datetime.fromtimestamp(s.value, UTC)
+                if gi:
+                    busy[(gpu_id, gi)] = when
+                busy[gpu_id] = max(busy.get(gpu_id, when), when)
+
+        recent = _seconds(min(back, RECENT_BUSY))
+        for hosts, some in self._batches(gpus):
+            points = self._points(BY_INSTANCE, hosts)
+            expr = f"max_over_time(timestamp(({points}) >= {thr})[{recent}s:5m])"
+            take(self.client.instant(expr, at=now), self._index(some))
+        older = [g for g in gpus if g.pk not in busy]
+        if back > RECENT_BUSY and older:
+            for hosts, some in self._batches(older):
+                peaks = f"max by ({BY_INSTANCE}) ({self.activity('max_over_time', '1h', hosts)})"
+                expr = f"max_over_time(timestamp({peaks} >= {thr})[{_seconds(back)}s:1h])"
+                found = self.client.instant(expr, at=now - RECENT_BUSY)
+                take(found, self._index(some))
+        return busy, {g.pk: now - back for g in gpus}
 
     def gpu_hours(self, gpus, start: datetime, end: datetime, now: datetime, *, by_hour=False):
         """[(gpu id, hour or None, reported hours, busy hours)] as the agent source."""
         stop = min(end, now)
         if stop <= start or not gpus:
             return []
+        out = []
+        for hosts, some in self._batches(gpus):
+            out += self._gpu_hours(hosts, some, start, end, now, stop, by_hour)
+        return out
+
+    def _gpu_hours(self, hosts, gpus, start, end, now, stop, by_hour) -> list:
         index = self._index(gpus)
-        points = self._points(BY_GPU, self._hosts(gpus))
+        points = self._points(BY_GPU, hosts)
         out = []
         if not by_hour:
             r = _seconds(stop - start)
@@ -211,14 +247,16 @@ class PromHistory:
         ]
 
     def product_series(self, start: datetime, now: datetime, products: dict[str, str]) -> dict:
-        """{base product: {hour: [sum of 5-minute means, points]}} from ``start`` (an hour),
-        ``products`` mapping node names to their GPU product. Two range queries, one series
-        per node."""
-        points = self._points(BY_GPU)
+        """{base product: {hour: [sum of GPU means, GPUs]}} from ``start`` (an hour),
+        ``products`` mapping node names to their GPU product: each GPU's mean over the hour
+        (``avg_over_time(<activity>[1h])``, the mean of its samples, as the agent's hourly
+        points are), summed and counted per node in Prometheus. Two range queries over the
+        whole cluster, one series per node."""
+        act = self.activity(window="1h")
         last = now.replace(minute=0, second=0, microsecond=0)
         out: dict = defaultdict(lambda: defaultdict(lambda: [0.0, 0]))
-        for i, fn in enumerate(("sum_over_time", "count_over_time")):
-            expr = f"sum by (Hostname, hostname) ({fn}(({points})[1h:5m]))"
+        for i, agg in enumerate(("sum", "count")):
+            expr = f"{agg} by (Hostname, hostname) (avg by ({BY_GPU}) ({act}))"
             for s in self.client.range(expr, start + HOUR, last + HOUR, HOUR):
                 product = products.get(host_of(s.labels))
                 if not product:

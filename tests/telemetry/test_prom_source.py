@@ -86,7 +86,9 @@ def _families(end: float) -> list[Family]:
     stranger = {**prod, "Hostname": "gpu-unknown", "gpu": "0", "UUID": "GPU-x"}
     util.append((stranger, flat(50.0)))
     eng = {"cluster": "eng", "Hostname": "gpu-m", "modelName": A100, "gpu": "0", "UUID": "GPU-m0"}
-    engine = [({**eng, "gpu": "1", "UUID": "GPU-m1"}, flat(0.0))]
+    # GPU 1: held by eng-ml/dozing, busy until 25 hours ago, idle since.
+    dozing = {**eng, "gpu": "1", "UUID": "GPU-m1", **_pod_labels("eng-ml/dozing")}
+    engine = [(dozing, [(t, 0.9 if t < end - 25 * 3600 else 0.01) for t in times])]
     for gi, pod, ratio in MIG:
         labels = {**eng, "GPU_I_ID": gi, "GPU_I_PROFILE": "3g.40gb", **_pod_labels(pod)}
         engine.append((labels, flat(ratio)))
@@ -139,6 +141,7 @@ def world(prometheus):
     make_pod(node_a, "idle", "vision-train", 1, k8s_created_at=old)
     make_pod(node_m, "mig-idle", "eng-ml", 0, k8s_created_at=old)
     make_pod(node_m, "mig-busy", "eng-ml", 0, k8s_created_at=old)
+    make_pod(node_m, "dozing", "eng-ml", 1, k8s_created_at=old)
     synced = promstate.sync_all()
     admin = make_user("ada", staff=True)
     return {"prod": prod, "eng": eng, "node_a": node_a, "node_m": node_m, "admin": admin,
@@ -211,7 +214,7 @@ def test_fleet_chart_and_products_from_prometheus(client, world):
     # cluster's metric): the hourly mean of every GPU's 5-minute means.
     full = [s / n for s, n in hours.values() if n]
     prod_mean = (80 + 80 + 1 + 0) / 4
-    eng_mean = ((1 + 70) / 2 + 0) / 2
+    eng_mean = ((1 + 70) / 2 + 1) / 2  # the MIG GPU's instances, and the dozing GPU
     assert full and all(m == pytest.approx((4 * prod_mean + 2 * eng_mean) / 6) for m in full[1:-1])
     client.force_login(world["admin"])
     response = client.get(reverse("telemetry:fleet"))
@@ -225,15 +228,20 @@ def test_idle_insight_uses_the_exporters_metric_and_judges_mig_instances(client,
     assert got == {
         ("vision-train", "idle", (2,), "DCGM_FI_DEV_GPU_UTIL"),
         ("eng-ml", "mig-idle", (0,), "DCGM_FI_PROF_GR_ENGINE_ACTIVE"),
+        ("eng-ml", "dozing", (1,), "DCGM_FI_PROF_GR_ENGINE_ACTIVE"),
     }
     by_pod = {a.pod: a for a in idle}
     assert by_pod["idle"].max_util_pct == pytest.approx(1.0)
     assert by_pod["mig-idle"].max_util_pct == pytest.approx(1.0)  # instance 1, not the GPU
     # Idle since the pods started two days ago: no 5-minute point of GPU 2, or of instance 1
-    # (its neighbour works), reached the threshold in what Prometheus holds.
+    # (its neighbour works), reached the threshold in what Prometheus holds. The dozing
+    # pod's GPU worked until 25 hours ago: found hour by hour beyond the last day.
     classes.idle_by_class(idle)
     for a in idle:
-        assert a.idle_gpu_hours == pytest.approx(48, abs=0.1), a.pod
+        if a.pod == "dozing":
+            assert 24 <= a.idle_gpu_hours <= 25, a.idle_gpu_hours
+        else:
+            assert a.idle_gpu_hours == pytest.approx(48, abs=0.1), a.pod
     client.force_login(world["admin"])
     page = client.get(reverse("telemetry:idle")).content.decode()
     assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in page and "mig-idle" in page
