@@ -410,9 +410,27 @@ class UsageRow:
         return 100 * self.busy / self.held if self.held else None
 
 
-def held_and_busy(attribution: Attribution, now: datetime) -> dict[NsKey, tuple[float, float]]:
-    """{(cluster id, namespace): (GPUs held, GPUs busy)} now (one query)."""
-    util = sources.last_hour_util([attribution.gpus[i] for i in attribution.shares], now)
+@dataclass
+class Now:
+    """Who holds which GPU and how busy each was over the last hour: what the held/busy
+    columns of several tables on one page read (computed once per page, :func:`now_of`)."""
+
+    attribution: Attribution
+    util: dict[int, float]
+
+
+def now_of(node_ids=None, now: datetime | None = None) -> Now:
+    now = now or timezone.now()
+    attribution = attribute(node_ids, now)
+    return Now(attribution, sources.last_hour_util(list(attribution.gpus.values()), now))
+
+
+def held_and_busy(
+    attribution: Attribution, now: datetime, util: dict[int, float] | None = None
+) -> dict[NsKey, tuple[float, float]]:
+    """{(cluster id, namespace): (GPUs held, GPUs busy)} now (one query, none with ``util``)."""
+    if util is None:
+        util = sources.last_hour_util([attribution.gpus[i] for i in attribution.shares], now)
     threshold = idle_threshold_pct()
     out: dict = defaultdict(lambda: [0.0, 0.0])
     for gpu_id, owners in attribution.shares.items():
@@ -424,7 +442,7 @@ def held_and_busy(attribution: Attribution, now: datetime) -> dict[NsKey, tuple[
     return {k: (a, b) for k, (a, b) in out.items()}
 
 
-def team_rows(teams, now: datetime | None = None) -> list[UsageRow]:
+def team_rows(teams, now: datetime | None = None, current: Now | None = None) -> list[UsageRow]:
     """One UsageRow per team (whole GPUs): granted from active grants, requested from the
     inventory's NamespaceUsage, held/busy from attribution. Seven queries."""
     from inventory.models import NamespaceUsage
@@ -452,8 +470,10 @@ def team_rows(teams, now: datetime | None = None) -> list[UsageRow]:
             team_id = ns_team.get((cluster_id, name))
             if team_id is not None:
                 rows[team_id].requested += requested
-        node_ids = list(_nodes_with_pods_of(set(ns_team)).values_list("node_id", flat=True))
-        for key, (held, busy) in held_and_busy(attribute(node_ids, now), now).items():
+        if current is None:  # only the nodes where the teams' pods run
+            node_ids = list(_nodes_with_pods_of(set(ns_team)).values_list("node_id", flat=True))
+            current = now_of(node_ids, now)
+        for key, (held, busy) in held_and_busy(current.attribution, now, current.util).items():
             team_id = ns_team.get(key)
             if team_id is not None:
                 rows[team_id].held += held
@@ -461,7 +481,9 @@ def team_rows(teams, now: datetime | None = None) -> list[UsageRow]:
     return list(rows.values())
 
 
-def product_rows(now: datetime | None = None, hours: int = 24) -> list[UsageRow]:
+def product_rows(
+    now: datetime | None = None, hours: int = 24, current: Now | None = None
+) -> list[UsageRow]:
     """One UsageRow per base GPU product: capacity / requested from the inventory, GPUs
     reporting, held and busy now, and mean utilisation over ``hours``."""
     from django.db.models import Sum
@@ -484,8 +506,8 @@ def product_rows(now: datetime | None = None, hours: int = 24) -> list[UsageRow]
     ):
         row(product).capacity += cap or 0
         row(product).requested += req or 0
-    attribution = attribute(None, now)
-    util = sources.last_hour_util(list(attribution.gpus.values()), now)
+    current = current or now_of(None, now)
+    attribution, util = current.attribution, current.util
     threshold = idle_threshold_pct()
     for gpu_id, g in attribution.gpus.items():
         if not g.node.gpu_product:

@@ -164,9 +164,11 @@ def fleet(request: HttpRequest) -> HttpResponse:
         {p: {h: (s / n if n else None) for h, (s, n) in pts.items()} for p, pts in series.items()},
         hours,
     )
-    products = insight.product_rows(now)
+    # One attribution and one last-hour read for both tables (the fleet's every GPU).
+    current = insight.now_of(None, now)
+    products = insight.product_rows(now, current=current)
     teams = list(visible_to(Team.objects.all(), request.user, "pk"))
-    team_rows = insight.team_rows(teams, now)
+    team_rows = insight.team_rows(teams, now, current=current)
     reporting = NodeTelemetry.objects.filter(node__gone_at__isnull=True)
     return render(
         request,

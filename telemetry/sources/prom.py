@@ -56,7 +56,7 @@ HOST_MATCHER_MAX = 200
 # step reads the idle GPUs' samples once, so the cost grows with the span.
 BUSY_LOOKBACK = timedelta(days=7)
 # ... of which the last day point by point (5-minute means), the rest hour by hour.
-RECENT_BUSY = timedelta(hours=24)
+RECENT_BUSY = timedelta(hours=6)
 
 
 def _seconds(d: timedelta) -> int:
@@ -136,21 +136,22 @@ class PromHistory:
 
     def window_stats(self, gpus, now: datetime, window: timedelta) -> dict:
         """{gpu id: (peak 5-minute mean, points)} and {(gpu id, GPU_I_ID): ...} per MIG
-        instance; a GPU's own figures are the highest of its instances'."""
+        instance; a GPU's own figures are the highest of its instances'. The points of the
+        window (5-minute boundaries after ``now - window``, up to ``now``) are read once, a
+        range query at a 5-minute step, and their peak and count taken here."""
         out: dict = {}
-        w = _seconds(window)
+        first = _ceil5(now - window + timedelta(seconds=1))
+        last = _floor5(now)
+        if last < first:
+            return out
         for hosts, some in self._batches(gpus):
             index = self._index(some)
-            points = self._points(BY_INSTANCE, hosts)
-            peaks = self.client.instant(f"max_over_time(({points})[{w}s:5m])", at=now)
-            counts = self.client.instant(f"count_over_time(({points})[{w}s:5m])", at=now)
-            n_of = {_key(s.labels): s.value for s in counts}
-            for s in peaks:
+            for s in self.client.range(self._points(BY_INSTANCE, hosts), first, last, STEP):
                 host, gpu, gi = _key(s.labels)
                 gpu_id = index.get((host, gpu))
-                if gpu_id is None:
+                if gpu_id is None or not s.points:
                     continue
-                cell = (s.value, int(n_of.get((host, gpu, gi), 0)))
+                cell = (max(v for _, v in s.points), len(s.points))
                 if gi:
                     out[(gpu_id, gi)] = cell
                 old = out.get(gpu_id)
@@ -169,8 +170,9 @@ class PromHistory:
         """({gpu id: end of its last 5-minute point at or above ``threshold``, (gpu id,
         GPU_I_ID): the same per MIG instance}, {gpu id: now - the span looked at}).
 
-        The last ``RECENT_BUSY`` are read point by point (5-minute means); GPUs not busy in
-        them are looked for further back, to ``BUSY_LOOKBACK``, hour by hour (the highest
+        The last ``RECENT_BUSY`` (6 hours; the idle window is 2) are read point by point
+        (5-minute means); GPUs not busy in them are looked for further back, to
+        ``BUSY_LOOKBACK``, hour by hour (the highest
         sample of each hour: a lone busy sample counts, so "idle since" errs late, never
         early). An idle figure never claims more than was looked at."""
         back = min(lookback, BUSY_LOOKBACK)
@@ -291,6 +293,11 @@ class PromHistory:
                         series[gpu_id][datetime.fromtimestamp(t, UTC) - STEP] = v
             out.append(series)
         return out[0], out[1], out[2]
+
+
+def _floor5(t: datetime) -> datetime:
+    """``t`` rounded down to a 5-minute boundary."""
+    return datetime.fromtimestamp(int(t.timestamp()) // 300 * 300, UTC)
 
 
 def _ceil5(t: datetime) -> datetime:
