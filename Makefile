@@ -12,7 +12,8 @@ PIP_FLAGS := -qq --disable-pip-version-check --no-input
 ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test lint fmt bench bench-quota bench-ingest bench-auth bench-signin
+.PHONY: help venv demo test lint fmt bench bench-quota bench-ingest bench-auth bench-signin \
+	bench-telemetry
 
 help:
 	@echo "make demo   run the portal with the demo cluster, embedded Postgres and Redis,"
@@ -24,6 +25,7 @@ help:
 	@echo "make bench-quota  1,000 requests approved by 4 concurrent admins over the API"
 	@echo "make bench-ingest  5,000 simulated node agents posting 8-GPU reports (500/s)"
 	@echo "make bench-auth  what authentication and RBAC cost per request in the simulated cluster"
+	@echo "make bench-telemetry  telemetry pages at 5,000 nodes x 8 GPUs: Prometheus source vs agent ingest"
 	@echo "make venv   create or update .venv from $(REQUIREMENTS)"
 
 # Always runs (cheap): creates .venv if it is missing or broken, and installs when the stamp
@@ -72,3 +74,6 @@ bench-auth: venv
 
 bench-signin: venv
 	$(VENV_PY) -m devstack run -- $(VENV_PY) bench/signin_bench.py $(ARGS)
+
+bench-telemetry: venv
+	$(VENV_PY) -m devstack run -- $(VENV_PY) bench/telemetry_bench.py $(ARGS)
