@@ -7,7 +7,8 @@ names and pod labels (devstack/demo_prometheus.py), turned into TSDB blocks by p
 served by a real Prometheus (Debian package ``prometheus``); the demo cluster gets a
 PrometheusSource and the latest GPU state is copied once (``manage.py sync_prometheus``).
 The admin opens the telemetry fleet, team, idle, showback and a node page: each has data
-and says it comes from Prometheus, and passes axe-core at 1280 and 390 px. Then the
+and says it comes from Prometheus; the idle and node pages (what differs from the agent
+pages that test_dashboards checks) pass axe-core at 1280 and 390 px. Then the
 Prometheus stops: the same pages still answer, with a banner naming the cluster.
 """
 
@@ -65,7 +66,8 @@ def test_telemetry_pages_from_prometheus_and_through_its_outage(
         main = admin.locator("main")
         main.locator(data).first.wait_for()
         assert admin.locator("[role=alert]").count() == 0, f"{path}: {text(admin)[:300]}"
-        checker.check(admin, step)
+        if step in ("telemetry idle", "node page"):  # the others' templates: test_dashboards
+            checker.check(admin, step)
     admin.goto("/telemetry/")
     assert "Source: the cluster's Prometheus (dcgm-exporter) for Demo" in text(admin)
     admin.goto("/telemetry/idle/")
