@@ -62,8 +62,7 @@ class Allocation:
     namespace: str
     pod: str
     method: str  # "agent" or "requests"
-    gpu_ids: list[int] = field(default_factory=list)  # agent: its GPUs; requests: candidates
-    gpu_indexes: list[int] = field(default_factory=list)
+    # agent: its GPUs; requests: the candidates (gpu_ids and gpu_indexes derive from these)
     gpu_states: list[GpuState] = field(default_factory=list)
     # {gpu id: MIG instance ids} where the telemetry names the instances the pod uses (a
     # Prometheus source's GPU_I_ID): those instances are judged, not the whole GPU.
@@ -74,6 +73,14 @@ class Allocation:
     # Filled by idle_allocations(): the highest 5-minute mean, and the metric it comes from.
     max_util_pct: float | None = None
     metric: str = ""
+
+    @property
+    def gpu_ids(self) -> list[int]:
+        return [g.pk for g in self.gpu_states]
+
+    @property
+    def gpu_indexes(self) -> list[int]:
+        return [g.index for g in self.gpu_states]
 
     @property
     def key(self) -> NsKey:
@@ -151,8 +158,6 @@ def attribute(node_ids=None, now: datetime | None = None) -> Attribution:
                         requested=_gpu_request(pod) if pod else 0,
                         since=(pod.k8s_created_at or pod.first_seen_at) if pod else None,
                     )  # fmt: skip
-                alloc.gpu_ids.append(g.pk)
-                alloc.gpu_indexes.append(g.index)
                 alloc.gpu_states.append(g)
                 instances = {
                     str(p["gpu_instance"])
@@ -180,8 +185,6 @@ def attribute(node_ids=None, now: datetime | None = None) -> Attribution:
                     p.namespace,
                     p.name,
                     "requests",
-                    gpu_ids=[g.pk for g in candidates],
-                    gpu_indexes=[g.index for g in candidates],
                     gpu_states=list(candidates),
                     requested=req,
                     since=p.k8s_created_at or p.first_seen_at,

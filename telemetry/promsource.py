@@ -216,12 +216,6 @@ def _why(err: Exception) -> str:
     return f"{type(err).__name__} ({text[:200]})"
 
 
-def client_for(cluster) -> PromClient | None:
-    """The cluster's Prometheus client, or None where its telemetry comes from the agents."""
-    source = PrometheusSource.objects.filter(cluster=cluster, enabled=True).first()
-    return PromClient(source) if source is not None else None
-
-
 # -- what the pages ask ----------------------------------------------------------------------
 
 ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"  # ratio 0..1 (a DCP profiling counter)

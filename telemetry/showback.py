@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from django.db.models import Q
 from django.utils import timezone
@@ -39,8 +39,6 @@ from .insight import Attribution, NsKey, attribute
 
 MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
 MIN_YEAR, MAX_YEAR = 2000, 2999
-HOUR = timedelta(hours=1)
-FIVE_MIN_H = 5 / 60
 
 
 class BadMonth(ValueError):
@@ -114,12 +112,6 @@ def grants_in(start: datetime, end: datetime):
 # -- used ---------------------------------------------------------------------------------
 
 
-def gpu_hours(gpus, start: datetime, end: datetime, now: datetime, *, by_hour: bool = False):
-    """[(gpu id, hour or None, reported hours, utilisation-weighted hours)] of ``gpus``
-    (GpuState rows), each from its cluster's telemetry source (telemetry.sources)."""
-    return sources.gpu_hours(gpus, start, end, now, by_hour=by_hour)
-
-
 def used_hours(
     start: datetime, end: datetime, attribution: Attribution, now: datetime | None = None
 ) -> dict[NsKey, dict[datetime, tuple[float, float]]]:
@@ -127,7 +119,7 @@ def used_hours(
     now = now or timezone.now()
     out: dict = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
     held = [attribution.gpus[i] for i in attribution.shares]
-    for gpu_id, hour, hours, busy in gpu_hours(held, start, end, now, by_hour=True):
+    for gpu_id, hour, hours, busy in sources.gpu_hours(held, start, end, now, by_hour=True):
         for key, share in attribution.shares[gpu_id].items():
             cell = out[key][hour]
             cell[0] += hours * share
@@ -209,7 +201,7 @@ def ledger(teams, start: datetime, end: datetime, now: datetime | None = None) -
     if start < now and ns_team:
         attribution = attribute(None, now)
         held = [attribution.gpus[i] for i in attribution.shares]
-        for gpu_id, _, hours, busy in gpu_hours(held, start, end, now):
+        for gpu_id, _, hours, busy in sources.gpu_hours(held, start, end, now):
             class_id = attribution.gpus[gpu_id].node.gpu_class_id
             for key, share in attribution.shares[gpu_id].items():
                 team_id = ns_team.get(key)
