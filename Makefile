@@ -12,13 +12,15 @@ PIP_FLAGS := -qq --disable-pip-version-check --no-input
 ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test lint fmt bench bench-quota bench-ingest bench-auth bench-signin \
+.PHONY: help venv k8s demo test lint fmt bench bench-quota bench-ingest bench-auth bench-signin \
 	bench-telemetry
 
 help:
 	@echo "make demo   run the portal with the demo cluster, embedded Postgres and Redis,"
 	@echo "            a Celery worker and beat (Ctrl-C stops everything)"
 	@echo "make test   run the whole test suite (ARGS=\"...\" passes arguments to pytest)"
+	@echo "make k8s    build the real control plane (kube-apiserver, etcd, controller manager,"
+	@echo "            scheduler, kwok, Kueue) from pinned Go modules into a shared cache"
 	@echo "make lint   ruff format --check, ruff check, manage.py check"
 	@echo "make fmt    ruff format and ruff check --fix"
 	@echo "make bench  inventory sync benchmark at 5,000 nodes / 150,000 pods (ARGS to adjust)"
@@ -44,6 +46,11 @@ venv:
 		$(VENV_PY) -m pip install $(PIP_FLAGS) -r requirements-dev.txt || exit 1; \
 		echo "$$hash" > $(STAMP); \
 	fi
+
+# The control plane's binaries (stdlib Python: no venv needed). `make test` and `make demo`
+# build them too when Go is there and they are missing.
+k8s:
+	$(PYTHON) -m devstack.k8sbuild
 
 demo: venv
 	$(VENV_PY) -m devstack demo

@@ -1,0 +1,686 @@
+"""A real Kubernetes control plane on loopback: the harness for the tests, the demo and the benches.
+
+:class:`ControlPlane` starts, from the binaries ``make k8s`` builds (``devstack/k8sbuild.py``):
+
+- etcd (``--unsafe-no-fsync``: a throw-away data directory);
+- kube-apiserver with TLS, a client CA, ServiceAccount tokens through TokenRequest (an RSA
+  signing key), ``--authorization-mode=Node,RBAC`` and the default admission plugins
+  (ResourceQuota among them);
+- kube-controller-manager with the controllers the portal relies on (:data:`CONTROLLERS`),
+  each under its own ServiceAccount (``--use-service-account-credentials``, as kubeadm);
+- kube-scheduler;
+- kwok, the fake kubelet: it manages every node but those labelled
+  ``gpuemu.gpu-portal.dev/kubelet: none`` (Ready, leases renewed) and marks the pods bound
+  to them Running, with kwok's own "fast" stages;
+- Kueue's controller manager, its CRDs from the module it was built from, its webhooks served
+  on 127.0.0.1 under a certificate of the harness' CA and registered with ``url`` client
+  configs (no Service on loopback).
+
+Every component listens on a free loopback port and logs to ``<workdir>/logs/<name>.log``. A
+monitor thread notices a component that exits: :meth:`check` then raises
+:class:`ComponentDied` with its log's tail, and the failure is printed at once.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import copy
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import yaml
+
+from devstack import k8sbuild
+from devstack.kubeapi import KubeAPI, KubeError, wait_for
+from devstack.pki import CertificateAuthority, service_account_keys
+
+# Every node has a (fake) kubelet, as on the simulator, except one labelled
+# NO_KUBELET_LABEL=none: kwok leaves it alone (its status stays as written, e.g. NotReady).
+NO_KUBELET_LABEL = "gpuemu.gpu-portal.dev/kubelet"
+KUEUE_NAMESPACE = "kueue-system"
+KUEUE_METRICS_CERTS = Path("/etc/kueue/metrics/certs")
+SERVICE_CIDR = "10.96.0.0/16"
+# kube-controller-manager's controllers the portal and its emulation depend on
+# (cmd/kube-controller-manager/names/controller_names.go for the names).
+CONTROLLERS = (
+    "resourcequota-controller",
+    "namespace-controller",
+    "garbage-collector-controller",
+    "serviceaccount-controller",
+    "serviceaccount-token-controller",
+    "clusterrole-aggregation-controller",
+    "root-ca-certificate-publisher-controller",
+    "job-controller",
+    "replicaset-controller",
+    "deployment-controller",
+    "daemonset-controller",
+    "disruption-controller",
+    "pod-garbage-collector-controller",
+    "ttl-after-finished-controller",
+)
+# Kueue's integrations the portal uses: plain pods (scheduling gate) and batch Jobs (suspend).
+KUEUE_FRAMEWORKS = ("batch/job", "pod")
+# Webhooks of config/components/webhook/manifests.yaml kept: those for Kueue's own kinds and
+# the integrations above (the rest name kinds this cluster does not serve).
+_KUEUE_WEBHOOK_GROUPS = {"kueue.x-k8s.io", "batch", ""}
+
+
+class ComponentDied(RuntimeError):
+    """A control-plane component exited; the message names it and ends with its log's tail."""
+
+
+def _die_with_parent() -> None:
+    """In the child: SIGTERM when the harness' process dies, even by SIGKILL (prctl)."""
+    import ctypes
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+@dataclass
+class Component:
+    name: str
+    args: list[str]
+    log: Path
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen | None = None
+    started_s: float = 0.0  # seconds from the harness' start until it was ready
+
+    def start(self) -> None:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        out = self.log.open("ab")
+        self.proc = subprocess.Popen(
+            self.args,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **self.env},
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+        out.close()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+
+
+def kubeconfig_yaml(
+    server: str, ca_pem: bytes, user: str, *, cert: Path | None = None, key: Path | None = None,
+    token: str = "",
+) -> str:  # fmt: skip
+    """A kubeconfig with one cluster, user and context (credentials embedded)."""
+    credentials: dict[str, str] = {}
+    if cert and key:
+        credentials["client-certificate-data"] = base64.b64encode(cert.read_bytes()).decode()
+        credentials["client-key-data"] = base64.b64encode(key.read_bytes()).decode()
+    if token:
+        credentials["token"] = token
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "local",
+                "cluster": {
+                    "server": server,
+                    "certificate-authority-data": base64.b64encode(ca_pem).decode(),
+                },
+            }
+        ],
+        "users": [{"name": user, "user": credentials}],
+        "contexts": [{"name": user, "context": {"cluster": "local", "user": user}}],
+        "current-context": user,
+    }
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+class ControlPlane:
+    """One local cluster. ``start()`` returns when every component answers; ``stop()`` ends all."""
+
+    def __init__(
+        self,
+        workdir: str | Path,
+        *,
+        binaries: Path | None = None,
+        kueue: bool = True,
+        port: int = 0,
+    ):
+        self.workdir = Path(workdir)
+        self.port = port
+        self.binaries = binaries
+        self.with_kueue = kueue
+        self.components: list[Component] = []
+        self.failure = ""
+        self.url = ""
+        self.ca_pem = b""
+        self.admin_kubeconfig = self.workdir / "admin.kubeconfig"
+        self.versions: dict[str, str] = {}
+        self.start_seconds = 0.0
+        self.api: KubeAPI | None = None
+        self._monitor: threading.Thread | None = None
+        self._baseline: dict[str, dict[str, Any]] = {}
+        self.etcd_url = ""
+        self._stopping = threading.Event()
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self, timeout: float = 180.0) -> ControlPlane:
+        began = time.monotonic()
+        if self.binaries is None:
+            self.binaries = k8sbuild.installed_dir()
+            if self.binaries is None:
+                raise ComponentDied(
+                    "the control plane's binaries are not built: run `make k8s` (needs Go)"
+                )
+        self.versions = dict(
+            line.split("=", 1) for line in (self.binaries / "versions").read_text().split()
+        )
+        bin_dir = self.binaries / "bin"
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        logs = self.workdir / "logs"
+        pki = self.workdir / "pki"
+        if pki.exists():
+            shutil.rmtree(pki)
+        ca = CertificateAuthority(pki)
+        self.ca_pem = ca.pem
+        api_port = self.port or free_port()
+        self.url = f"https://127.0.0.1:{api_port}"
+        serving = ca.issue(
+            "apiserver",
+            "kube-apiserver",
+            hosts=("127.0.0.1", "localhost", "10.96.0.1", "kubernetes", "kubernetes.default",
+                   "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"),
+        )  # fmt: skip
+        admin = ca.issue("admin", "kubernetes-admin", organization="system:masters", client=True)
+        sa_key, sa_pub = service_account_keys(pki)
+        self.admin_kubeconfig.write_text(
+            kubeconfig_yaml(self.url, ca.pem, "kubernetes-admin", cert=admin.cert, key=admin.key)
+        )
+        kubeconfigs = {}
+        for name, user in (
+            ("kube-controller-manager", "system:kube-controller-manager"),
+            ("kube-scheduler", "system:kube-scheduler"),
+        ):
+            pair = ca.issue(name + "-client", user, client=True)
+            path = self.workdir / f"{name}.kubeconfig"
+            path.write_text(kubeconfig_yaml(self.url, ca.pem, user, cert=pair.cert, key=pair.key))
+            kubeconfigs[name] = path
+
+        etcd_data = self.workdir / "etcd"
+        if etcd_data.exists():
+            shutil.rmtree(etcd_data)
+        etcd_port, peer_port = free_port(), free_port()
+        self.etcd_url = f"http://127.0.0.1:{etcd_port}"
+        etcd = self._add(
+            "etcd",
+            [
+                str(bin_dir / "etcd"),
+                "--name=default",
+                f"--data-dir={etcd_data}",
+                f"--listen-client-urls={self.etcd_url}",
+                f"--advertise-client-urls={self.etcd_url}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer_port}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}",
+                f"--initial-cluster=default=http://127.0.0.1:{peer_port}",
+                "--unsafe-no-fsync=true",
+                "--log-level=warn",
+            ],
+            logs,
+        )
+        apiserver = self._add(
+            "kube-apiserver",
+            [
+                str(bin_dir / "kube-apiserver"),
+                f"--etcd-servers={self.etcd_url}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={api_port}",
+                f"--cert-dir={pki}",
+                f"--tls-cert-file={serving.cert}",
+                f"--tls-private-key-file={serving.key}",
+                f"--client-ca-file={ca.cert_path}",
+                f"--service-account-key-file={sa_pub}",
+                f"--service-account-signing-key-file={sa_key}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--authorization-mode=Node,RBAC",
+                # The `kubernetes` Service's endpoints would be 127.0.0.1, which Endpoints
+                # validation refuses (pkg/apis/core/validation: loopback): nothing in this
+                # cluster dials it, so it is not reconciled.
+                "--endpoint-reconciler-type=none",
+                "--allow-privileged=true",
+                "--profiling=false",
+                "--v=1",
+            ],
+            logs,
+        )
+        cm_port, sched_port = free_port(), free_port()
+        controller_manager = self._add(
+            "kube-controller-manager",
+            [
+                str(bin_dir / "kube-controller-manager"),
+                f"--kubeconfig={kubeconfigs['kube-controller-manager']}",
+                f"--authentication-kubeconfig={kubeconfigs['kube-controller-manager']}",
+                f"--authorization-kubeconfig={kubeconfigs['kube-controller-manager']}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={cm_port}",
+                f"--cert-dir={pki / 'kcm'}",
+                "--leader-elect=false",
+                "--use-service-account-credentials=true",
+                f"--service-account-private-key-file={sa_key}",
+                f"--root-ca-file={ca.cert_path}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--controllers=" + ",".join(CONTROLLERS),
+                "--profiling=false",
+                "--v=1",
+            ],
+            logs,
+        )
+        scheduler = self._add(
+            "kube-scheduler",
+            [
+                str(bin_dir / "kube-scheduler"),
+                f"--kubeconfig={kubeconfigs['kube-scheduler']}",
+                f"--authentication-kubeconfig={kubeconfigs['kube-scheduler']}",
+                f"--authorization-kubeconfig={kubeconfigs['kube-scheduler']}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={sched_port}",
+                f"--cert-dir={pki / 'scheduler'}",
+                "--leader-elect=false",
+                "--profiling=false",
+                "--v=1",
+            ],
+            logs,
+        )
+        stages = sorted((self.binaries / "kwok-stages").glob("*.yaml"))
+        kwok = self._add(
+            "kwok",
+            [
+                str(bin_dir / "kwok"),
+                f"--kubeconfig={self.admin_kubeconfig}",
+                f"--manage-nodes-with-label-selector={NO_KUBELET_LABEL}!=none",
+                f"--server-address=127.0.0.1:{free_port()}",
+                "--node-lease-duration-seconds=40",
+                *[f"--config={s}" for s in stages],
+            ],
+            logs,
+        )
+
+        try:
+            self._start_monitor()
+            etcd.start()
+            wait_for(
+                lambda: self._http_ok(f"{self.etcd_url}/health"),
+                timeout=30,
+                what="etcd /health",
+            )
+            etcd.started_s = time.monotonic() - began
+            apiserver.start()
+            self.api = KubeAPI(self.url, ca.cert_path, cert=(str(admin.cert), str(admin.key)))
+            wait_for(
+                lambda: (
+                    self._alive_or_raise() and self.api.request("GET", "/readyz", ok=(500,)) == "ok"
+                ),
+                timeout=timeout,
+                what="kube-apiserver /readyz",
+            )
+            apiserver.started_s = time.monotonic() - began
+            for component in (controller_manager, scheduler, kwok):
+                component.start()
+            if self.with_kueue:
+                self._start_kueue(ca, bin_dir, logs, began, timeout)
+            wait_for(
+                lambda: (
+                    self._alive_or_raise() and self.api.get("serviceaccounts", "default", "default")
+                ),
+                timeout=timeout,
+                what="the serviceaccount controller (default/default)",
+            )
+            controller_manager.started_s = time.monotonic() - began
+            wait_for(
+                lambda: self._alive_or_raise() and self._healthz(sched_port),
+                timeout=timeout,
+                what="kube-scheduler /healthz",
+            )
+            scheduler.started_s = time.monotonic() - began
+            kwok.started_s = time.monotonic() - began
+        except BaseException as exc:
+            detail = self.failure or self._tails()
+            self.stop()
+            if isinstance(exc, ComponentDied):
+                raise
+            raise ComponentDied(f"the control plane did not start: {exc}\n{detail}") from exc
+        self.start_seconds = time.monotonic() - began
+        return self
+
+    def _start_kueue(self, ca, bin_dir: Path, logs: Path, began: float, timeout: float) -> None:
+        api = self.api
+        api.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NAMESPACE}})
+        for crd in sorted((self.binaries / "crds").glob("*.yaml")):
+            api.apply_documents(yaml.safe_load_all(crd.read_text()))
+        webhook_port, health_port = free_port(), free_port()
+        cert_dir = self.workdir / "kueue-certs"
+        cert_dir.mkdir(exist_ok=True)
+        pair = ca.issue("kueue-webhook", "kueue-webhook", hosts=("127.0.0.1", "localhost"))
+        shutil.copy(pair.cert, cert_dir / "tls.crt")
+        shutil.copy(pair.key, cert_dir / "tls.key")
+        # Without its internal cert management Kueue v0.17 reads the metrics server's
+        # certificate from a fixed path (cmd/kueue/main.go, "metrics-cert-path") even with
+        # metrics off; the webhook's pair serves there too.
+        try:
+            KUEUE_METRICS_CERTS.mkdir(parents=True, exist_ok=True)
+            shutil.copy(pair.cert, KUEUE_METRICS_CERTS / "tls.crt")
+            shutil.copy(pair.key, KUEUE_METRICS_CERTS / "tls.key")
+        except OSError as exc:
+            raise ComponentDied(
+                f"Kueue needs {KUEUE_METRICS_CERTS} writable ({exc}); run as root or create "
+                "it writable for this user"
+            ) from exc
+        config = {
+            "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+            "kind": "Configuration",
+            "namespace": KUEUE_NAMESPACE,
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
+            "metrics": {"bindAddress": "0"},
+            "webhook": {"port": webhook_port, "host": "127.0.0.1", "certDir": str(cert_dir)},
+            "leaderElection": {"leaderElect": False},
+            "internalCertManagement": {"enable": False},
+            "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
+        }
+        config_path = self.workdir / "kueue-config.yaml"
+        config_path.write_text(yaml.safe_dump(config))
+        kueue = self._add(
+            "kueue",
+            [
+                str(bin_dir / "kueue"),
+                f"--config={config_path}",
+                f"--kubeconfig={self.admin_kubeconfig}",
+                "--zap-log-level=info",
+                # its on-demand visibility API server would bind a fixed port (8082)
+                "--feature-gates=VisibilityOnDemand=false",
+            ],
+            logs,
+        )
+        # The CRDs must be established before Kueue's informers start.
+        for crd in sorted((self.binaries / "crds").glob("*.yaml")):
+            name = yaml.safe_load(crd.read_text())["metadata"]["name"]
+            wait_for(
+                lambda name=name: _established(api.get("customresourcedefinitions", name)),
+                timeout=timeout,
+                what=f"CRD {name} established",
+            )
+        kueue.start()
+        wait_for(
+            lambda: (
+                self._alive_or_raise() and self._http_ok(f"http://127.0.0.1:{health_port}/readyz")
+            ),
+            timeout=timeout,
+            what="Kueue /readyz",
+        )
+        for doc in self._kueue_webhooks(webhook_port):
+            api.apply(doc)
+        kueue.started_s = time.monotonic() - began
+
+    def _kueue_webhooks(self, port: int) -> list[dict[str, Any]]:
+        """Kueue's webhook configurations with ``url`` client configs on loopback."""
+        source = self.binaries / "webhooks.yaml"
+        out = []
+        for doc in yaml.safe_load_all(source.read_text()):
+            if not doc:
+                continue
+            doc = copy.deepcopy(doc)
+            doc["metadata"] = {"name": "kueue-" + doc["metadata"]["name"]}
+            kept = []
+            for hook in doc.get("webhooks", []):
+                groups = {g for rule in hook.get("rules", []) for g in rule.get("apiGroups", [])}
+                if not groups <= _KUEUE_WEBHOOK_GROUPS:
+                    continue
+                path = hook["clientConfig"]["service"]["path"]
+                hook["clientConfig"] = {
+                    "url": f"https://127.0.0.1:{port}{path}",
+                    "caBundle": base64.b64encode(self.ca_pem).decode(),
+                }
+                if hook["name"] in {"mpod.kb.io", "vpod.kb.io"}:
+                    # config/components/webhook/kustomization.yaml's patch
+                    hook["namespaceSelector"] = {
+                        "matchExpressions": [
+                            {
+                                "key": "kubernetes.io/metadata.name",
+                                "operator": "NotIn",
+                                "values": ["kube-system", KUEUE_NAMESPACE],
+                            }
+                        ]
+                    }
+                kept.append(hook)
+            doc["webhooks"] = kept
+            out.append(doc)
+        return out
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self.api is not None:
+            self.api.close()
+        for component in reversed(self.components):
+            component.stop()
+
+    def __enter__(self) -> ControlPlane:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ baseline
+    def mark_baseline(self) -> int:
+        """Remember etcd's content now; :meth:`reset` returns the cluster to it. Keys counted."""
+        self._baseline = {kv["key"]: kv for kv in self._etcd_range(keys_only=False)}
+        return len(self._baseline)
+
+    def reset(self) -> int:
+        """Back to the baseline: keys written since are deleted, changed ones put back.
+
+        This works under the API server, as a fresh cluster would be, in one etcd round trip
+        per 128 keys: the API server's watch cache and every controller see ordinary DELETED
+        and MODIFIED events. Left alone: the system namespaces (the controllers' own
+        ServiceAccounts and leases live there), leases, events' absence, IP allocations and
+        the objects the API server maintains itself (:func:`_kept`). Returns the
+        number of keys changed.
+        """
+        ops = []
+        for kv in self._etcd_range(keys_only=True):
+            key = kv["key"]
+            if _kept(key):
+                continue
+            base = self._baseline.get(key)
+            if base is None:
+                ops.append({"request_delete_range": {"key": key}})
+            elif base["mod_revision"] != kv["mod_revision"]:
+                ops.append({"request_put": {"key": key, "value": base["value"]}})
+        for start in range(0, len(ops), 128):
+            self._etcd("/v3/kv/txn", {"success": ops[start : start + 128]})
+        return len(ops)
+
+    def _etcd(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        import requests
+
+        resp = requests.post(self.etcd_url + path, json=body, timeout=30)
+        resp.raise_for_status()
+        return resp.json()
+
+    def _etcd_range(self, keys_only: bool) -> list[dict[str, Any]]:
+        body = {
+            "key": base64.b64encode(b"/registry/").decode(),
+            "range_end": base64.b64encode(b"/registry0").decode(),
+            "keys_only": keys_only,
+        }
+        return self._etcd("/v3/kv/range", body).get("kvs", [])
+
+    # ------------------------------------------------------------------ health
+    def check(self) -> None:
+        """Raise :class:`ComponentDied` when a component has exited since the start."""
+        if self.failure:
+            raise ComponentDied(self.failure)
+
+    def memory_mib(self) -> dict[str, float]:
+        """Resident memory of each running component (MiB)."""
+        out = {}
+        for component in self.components:
+            if component.alive():
+                with contextlib.suppress(psutil.Error):
+                    rss = psutil.Process(component.proc.pid).memory_info().rss
+                    out[component.name] = rss / 2**20
+        return out
+
+    def server_version(self) -> str:
+        return self.api.request("GET", "/version")["gitVersion"]
+
+    def _add(self, name: str, args: list[str], logs: Path) -> Component:
+        component = Component(name, args, logs / f"{name}.log")
+        self.components.append(component)
+        return component
+
+    def _alive_or_raise(self) -> bool:
+        for component in self.components:
+            if component.proc is not None and component.proc.poll() is not None:
+                raise ComponentDied(self._died(component))
+        return True
+
+    def _died(self, component: Component) -> str:
+        return (
+            f"{component.name} exited with status {component.proc.returncode}; "
+            f"last lines of {component.log}:\n{tail(component.log)}"
+        )
+
+    def _tails(self) -> str:
+        return "\n".join(
+            f"--- {c.name} ({c.log}):\n{tail(c.log, 15)}" for c in self.components if c.proc
+        )
+
+    def _start_monitor(self) -> None:
+        def watch() -> None:
+            while not self._stopping.wait(0.5):
+                for component in self.components:
+                    if component.proc is not None and component.proc.poll() is not None:
+                        if not self._stopping.is_set() and not self.failure:
+                            self.failure = self._died(component)
+                            print(
+                                f"\n*** control plane: {self.failure}\n",
+                                file=sys.stderr,
+                                flush=True,
+                            )
+                        return
+
+        self._monitor = threading.Thread(target=watch, name="controlplane-monitor", daemon=True)
+        self._monitor.start()
+
+    def _http_ok(self, url: str) -> bool:
+        import requests
+
+        try:
+            return requests.get(url, timeout=2).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def _healthz(self, port: int) -> bool:
+        """A component's /healthz on its self-signed serving certificate (not verified)."""
+        import ssl
+        import urllib.request
+
+        context = ssl._create_unverified_context()  # noqa: S323 - loopback health probe
+        try:
+            with urllib.request.urlopen(
+                f"https://127.0.0.1:{port}/healthz", timeout=2, context=context
+            ) as resp:
+                return resp.status == 200
+        except OSError:
+            return False
+
+
+# etcd keys a reset leaves alone (see ControlPlane.reset).
+_SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease", KUEUE_NAMESPACE)
+_KEEP_RESOURCES = (
+    "leases",
+    "masterleases",
+    "ranges",
+    "apiregistration.k8s.io",
+    "flowschemas",
+    "prioritylevelconfigurations",
+    "ipaddresses",
+    "servicecidrs",
+)
+
+
+def _kept(b64_key: str) -> bool:
+    key = base64.b64decode(b64_key).decode(errors="replace")
+    parts = key.split("/")[2:]  # [group,] resource, [namespace,] name
+    if parts and "." in parts[0]:  # CRDs and some built-in groups: /registry/<group>/...
+        if parts[0] in _KEEP_RESOURCES:
+            return True
+        parts = parts[1:]
+    if not parts or parts[0] in _KEEP_RESOURCES:
+        return True
+    return len(parts) >= 3 and parts[1] in _SYSTEM_NAMESPACES
+
+
+def _established(crd: dict[str, Any]) -> bool:
+    return any(
+        c.get("type") == "Established" and c.get("status") == "True"
+        for c in (crd.get("status") or {}).get("conditions", [])
+    )
+
+
+def main(argv: list[str]) -> int:
+    """``python -m devstack.controlplane [DIR]``: start one, print how to reach it, wait."""
+    workdir = Path(argv[0]) if argv else Path(".data/controlplane")
+    plane = ControlPlane(workdir)
+    try:
+        plane.start()
+    except (ComponentDied, KubeError) as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    print(f"{plane.server_version()} at {plane.url} in {plane.start_seconds:.1f} s")
+    print(f"kubectl --kubeconfig {plane.admin_kubeconfig} get nodes")
+    print("memory:", {k: round(v) for k, v in plane.memory_mib().items()})
+    try:
+        while not plane.failure:
+            time.sleep(1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        plane.stop()
+    return 1 if plane.failure else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

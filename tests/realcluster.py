@@ -1,0 +1,209 @@
+"""The real control plane as the tests meet it: one per test session, reset for every test.
+
+One :class:`devstack.controlplane.ControlPlane` (kube-apiserver, etcd, kube-controller-manager,
+kube-scheduler, kwok, Kueue) starts on first use and stops at the end of the session. After
+the portal's manifests are applied (``deploy/kubernetes/namespace.yaml`` and ``rbac.yaml``,
+read from those files) its etcd content is the baseline: every test starts from it
+(:meth:`ControlPlane.reset`, in milliseconds), gets its fleet loaded by the GPU emulation
+(``gpuemu``), whose controllers run for the test's duration, and reaches the API server as
+the portal through a fault-injecting proxy (``devstack/faultproxy.py``) with a token of the
+portal's ServiceAccount from the TokenRequest API. A call the manifests do not allow is
+refused by the real RBAC authorizer.
+
+:class:`RealCluster` offers the simulator's helpers that tests use (``get``, ``list``,
+``create``, ``set_pod_phase``, ``issue_token``, ``write_kubeconfig``, ``apply_file``,
+``faults``), so a test reads the same against either.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from devstack import k8sbuild
+from devstack.controlplane import ControlPlane, kubeconfig_yaml
+from devstack.faultproxy import FaultProxy
+from devstack.kubeapi import KubeAPI, KubeError, wait_for
+
+REPO = Path(__file__).resolve().parents[1]
+DEPLOY = REPO / "deploy" / "kubernetes"
+PORTAL_MANIFESTS = (DEPLOY / "namespace.yaml", DEPLOY / "rbac.yaml")
+PORTAL_SERVICE_ACCOUNT = ("gpu-quota-portal", "gpu-quota-portal")
+OPERATOR_NAMESPACE = "gpu-operator"
+# What the summary line counts (tests/conftest.py).
+USED_BY: set[str] = set()
+
+_lock = threading.Lock()
+_shared: _Session | None = None
+
+
+class _Session:
+    """The session's control plane, its proxy and the baseline."""
+
+    def __init__(self) -> None:
+        self.workdir = Path(tempfile.mkdtemp(prefix="gpu-portal-controlplane-"))
+        self.plane = ControlPlane(self.workdir).start()
+        try:
+            api = self.plane.api
+            api.apply({"apiVersion": "v1", "kind": "Namespace",
+                       "metadata": {"name": OPERATOR_NAMESPACE}})  # fmt: skip
+            for manifest in PORTAL_MANIFESTS:
+                api.apply_file(manifest)
+            wait_for(
+                lambda: api.get("serviceaccounts", "default", OPERATOR_NAMESPACE),
+                what="default ServiceAccount in gpu-operator",
+            )
+            pki = self.workdir / "pki"
+            from devstack.pki import CertificateAuthority  # noqa: F401 - the CA is on disk
+
+            self.proxy = FaultProxy(
+                self.plane.url, pki / "ca.crt", pki / "apiserver.crt", pki / "apiserver.key"
+            ).start()
+            self.plane.mark_baseline()
+        except BaseException:
+            self.plane.stop()
+            raise
+
+    def stop(self) -> None:
+        self.proxy.stop()
+        self.plane.stop()
+
+
+def available() -> bool:
+    """Whether the control plane's binaries are built (``make k8s``; needs Go)."""
+    return k8sbuild.installed_dir() is not None
+
+
+def session() -> _Session:
+    global _shared
+    with _lock:
+        if _shared is None:
+            _shared = _Session()
+            atexit.register(stop_session)
+        _shared.plane.check()
+        return _shared
+
+
+def stop_session() -> None:
+    global _shared
+    with _lock:
+        if _shared is not None:
+            _shared.stop()
+            _shared = None
+
+
+class Faults:
+    """The simulator's fault switches on the real cluster.
+
+    Network faults go to the proxy in front of the API server; ``quota_controller_paused``
+    stops kube-controller-manager (SIGSTOP: every controller in it pauses, the quota
+    controller among them) until it is turned off or the test ends.
+    """
+
+    def __init__(self, cluster: RealCluster):
+        self._cluster = cluster
+
+    def update(self, **changes: Any) -> dict[str, Any]:
+        paused = changes.pop("quota_controller_paused", None)
+        if paused is not None:
+            self._cluster.pause_controller_manager(bool(paused))
+        return self._cluster.session.proxy.faults.update(**changes)
+
+    def reset(self) -> None:
+        self._cluster.pause_controller_manager(False)
+        self._cluster.session.proxy.faults.reset()
+
+
+class RealCluster:
+    """One test's cluster: the shared control plane reset, its fleet loaded and emulated."""
+
+    real = True
+
+    def __init__(self, fleet: Any, tmp_path: Path, **options: Any):
+        self.session = session()
+        self.plane = self.session.plane
+        self.plane.reset()
+        self.session.proxy.faults.reset()
+        self.api: KubeAPI = self.plane.api
+        self.faults = Faults(self)
+        self.url = self.session.proxy.url
+        self.ca_pem = self.plane.ca_pem.decode()
+        self._paused = False
+        self.emulator = None
+        self.admin_kubeconfig_path = tmp_path / "admin.kubeconfig"
+        self.admin_kubeconfig_path.write_text(self.plane.admin_kubeconfig.read_text())
+        self.portal_token = self.issue_token(*PORTAL_SERVICE_ACCOUNT, expiration_s=24 * 3600)
+        self.kubeconfig_path = self.write_kubeconfig(
+            tmp_path / "kubeconfig", token=self.portal_token, user="gpu-quota-portal"
+        )
+        self._load(fleet, options)
+
+    def _load(self, fleet: Any, options: dict[str, Any]) -> None:
+        import gpuemu
+
+        self.fleet = gpuemu.fleet_from(fleet)
+        gpuemu.load(self.api, self.fleet)
+        self.emulator = gpuemu.Emulator(self.api, self.fleet, **options)
+        self.emulator.start()
+
+    # -------------------------------------------------------------- lifecycle
+    def stop(self) -> None:
+        if self.emulator is not None:
+            self.emulator.stop()
+            self.emulator = None
+        self.pause_controller_manager(False)
+        self.session.proxy.faults.reset()
+
+    def pause_controller_manager(self, paused: bool) -> None:
+        if paused == self._paused:
+            return
+        proc = next(c for c in self.plane.components if c.name == "kube-controller-manager").proc
+        os.kill(proc.pid, signal.SIGSTOP if paused else signal.SIGCONT)
+        self._paused = paused
+
+    # ------------------------------------------------------------- identities
+    def issue_token(
+        self, namespace: str, name: str, expiration_s: int = 3600, audiences=None
+    ) -> str:
+        return self.api.issue_token(namespace, name, expiration_s, audiences)
+
+    def write_kubeconfig(self, path: str | Path, token: str | None = None, user: str = "") -> Path:
+        """A kubeconfig for the proxy with ``token``; without one, the admin's (direct)."""
+        path = Path(path)
+        if token is None:
+            path.write_text(self.plane.admin_kubeconfig.read_text())
+            return path
+        path.write_text(kubeconfig_yaml(self.url, self.plane.ca_pem, user or "user", token=token))
+        return path
+
+    # ---------------------------------------------------------------- objects
+    def get(self, resource: str, name: str, namespace: str = "") -> dict[str, Any]:
+        return self.api.get(resource, name, namespace)
+
+    def list(self, resource: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        return self.api.list(resource, namespace)
+
+    def create(
+        self, resource: str, obj: dict[str, Any], namespace: str | None = None
+    ) -> dict[str, Any]:
+        return self.api.create(resource, obj, namespace)
+
+    def apply_file(self, path: str | Path) -> list[dict[str, Any]]:
+        return self.api.apply_file(path)
+
+    def set_pod_phase(self, namespace: str, name: str, phase: str) -> dict[str, Any]:
+        """Post a pod's phase through the status subresource, as its kubelet would."""
+        from simcluster.pods import phase_status
+
+        pod = self.api.get("pods", name, namespace)
+        return self.api.patch(
+            "pods", name, {"status": phase_status(pod, phase)}, namespace, subresource="status"
+        )
+
+
+__all__ = ["KubeError", "RealCluster", "available", "session", "stop_session"]
