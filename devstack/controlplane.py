@@ -50,6 +50,8 @@ from devstack.pki import CertificateAuthority, service_account_keys
 NO_KUBELET_LABEL = "gpuemu.gpu-portal.dev/kubelet"
 KUEUE_NAMESPACE = "kueue-system"
 KUEUE_METRICS_CERTS = Path("/etc/kueue/metrics/certs")
+# Our kwok stages, replacing kwok's own of the same file name (each file says why).
+KWOK_STAGES = Path(__file__).parent / "kwok-stages"
 SERVICE_CIDR = "10.96.0.0/16"
 # kube-controller-manager's controllers the portal and its emulation depend on
 # (cmd/kube-controller-manager/names/controller_names.go for the names).
@@ -324,7 +326,12 @@ class ControlPlane:
             ],
             logs,
         )
-        stages = sorted((self.binaries / "kwok-stages").glob("*.yaml"))
+        ours = sorted(KWOK_STAGES.glob("*.yaml"))
+        stages = [
+            path
+            for path in sorted((self.binaries / "kwok-stages").glob("*.yaml"))
+            if path.name not in {p.name for p in ours}
+        ] + ours
         kwok = self._add(
             "kwok",
             [

@@ -100,11 +100,40 @@ PORTAL_MANIFESTS = ("deploy/kubernetes/namespace.yaml", "deploy/kubernetes/rbac.
 PORTAL_SERVICE_ACCOUNT = "gpu-quota-portal/gpu-quota-portal"
 
 
+def use_real_control_plane(log) -> bool:
+    """Whether the demo runs on the real control plane: its binaries built (the first run
+    builds them when Go is there, saying so and how long it takes), ``DEMO_CLUSTER`` not
+    ``simulator``. Otherwise the Python simulator, and the banner says which and why."""
+    from . import testrun
+
+    if os.environ.get("DEMO_CLUSTER", "").strip() == "simulator":
+        log("DEMO_CLUSTER=simulator: the demo runs on the Python simulator")
+        return False
+    return testrun.ensure_control_plane(log)
+
+
 def sim_command(
-    py: str, fleet: str, port: int, kubeconfig: Path, portal_kubeconfig: Path
+    py: str,
+    fleet: str,
+    port: int,
+    kubeconfig: Path,
+    portal_kubeconfig: Path,
+    real: bool = False,
+    kueue: bool = False,
 ) -> list[str]:
-    """The simulated cluster in the foreground; it writes both kubeconfigs once it listens."""
-    argv = [py, "-m", "simcluster", "--fleet", fleet, "--port", str(port)]
+    """The cluster in the foreground; it writes both kubeconfigs once it answers.
+
+    ``real``: the real control plane (``devstack/cluster.py``, its files in
+    ``<kubeconfig's folder>/controlplane-<fleet>``; Kueue only where ``kueue``), else the
+    simulator; both take the same arguments."""
+    if real:
+        workdir = kubeconfig.parent / f"controlplane-{Path(fleet).stem}"
+        argv = [py, "-m", "devstack.cluster", "--fleet", fleet, "--port", str(port),
+                "--workdir", str(workdir)]  # fmt: skip
+        if not kueue:
+            argv.append("--no-kueue")
+    else:
+        argv = [py, "-m", "simcluster", "--fleet", fleet, "--port", str(port)]
     for manifest in PORTAL_MANIFESTS:
         argv += ["--apply", manifest]
     argv += ["--serviceaccount-kubeconfig", f"{PORTAL_SERVICE_ACCOUNT}={portal_kubeconfig}"]
@@ -201,6 +230,19 @@ def _kueue_lines(kubeconfig: Path) -> list[str]:
     ]
 
 
+def cluster_kind(real: bool) -> str:
+    """The banner's words for what the demo's clusters are."""
+    if real:
+        from . import k8sbuild
+
+        v = k8sbuild.versions()
+        return (
+            f"real control plane: kube-apiserver {v['kubernetes']}, etcd {v['etcd']}, "
+            f"kube-controller-manager, kube-scheduler, kwok {v['kwok']}, Kueue {v['kueue']}"
+        )
+    return "the Python simulator (simcluster/; the real control plane needs Go: make k8s)"
+
+
 def banner(
     port: int, seed_output: str, kubeconfig: Path, services: Services,
     env: dict[str, str] | None = None, telemetry: list[str] | None = None,
@@ -213,7 +255,9 @@ def banner(
         lines.append("")
     lines += telemetry or []
     lines += [
-        f"  Simulated cluster kubeconfig (cluster admin): {kubeconfig}",
+        f"  Cluster: {(env or {}).get('DEMO_CLUSTER_KIND') or cluster_kind(False)}",
+        f"  Cluster kubeconfig (cluster admin): {kubeconfig}",
+        f"    kubectl --kubeconfig {kubeconfig} version",
         f"    kubectl --kubeconfig {kubeconfig} get nodes",
         *_kueue_lines(kubeconfig.parent / "kueue.kubeconfig"),
         f"  The portal uses its own ServiceAccount ({PORTAL_SERVICE_ACCOUNT}, RBAC from",
@@ -347,19 +391,25 @@ def _bring_up(
         sims.append(("sim-kueue", kueue_fleet, kport, *kueue_kcs))
         seed += ["--kueue-kubeconfig", str(kueue_kcs[1]),
                  "--kueue-admin-kubeconfig", str(kueue_kcs[0])]  # fmt: skip
+    real = use_real_control_plane(sup.log)
     for name, sim_fleet, sim_port_, admin_kc, portal_kc in sims:
         portal_kc.unlink(missing_ok=True)
         admin_kc.unlink(missing_ok=True)
-        argv = sim_command(py, sim_fleet, sim_port_, admin_kc, portal_kc)
+        argv = sim_command(
+            py, sim_fleet, sim_port_, admin_kc, portal_kc, real=real, kueue=name == "sim-kueue"
+        )
         sup.start(name, argv, env=env, cwd=REPO_ROOT)
+    # The real control plane takes ~15-30 s to start and load a fleet on 2 cores.
+    timeout = 180 if real else 60
     for name, _, sim_port_, admin_kc, _ in sims:
-        if not sup.wait_until(lambda k=admin_kc, p=sim_port_: sim_answers(k, p), timeout=60):
+        if not sup.wait_until(lambda k=admin_kc, p=sim_port_: sim_answers(k, p), timeout=timeout):
             if not sup.stopping:
                 sup.request_stop(
-                    f"the simulated cluster {name} did not answer within 60s (port {sim_port_})",
+                    f"the cluster {name} did not answer within {timeout}s (port {sim_port_})",
                     True,
                 )
             return
+    env["DEMO_CLUSTER_KIND"] = cluster_kind(real)
 
     seed_output = ""
     for name, argv in (

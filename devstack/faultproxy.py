@@ -86,6 +86,19 @@ class FaultProxy:
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.url = ""
+        self._stats_lock = threading.Lock()
+        self._watches = 0  # watch requests streaming now
+        self._requests = 0
+
+    def stats(self) -> dict[str, int]:
+        """``{"requests": N, "watches": M}``: requests seen, watches streaming now."""
+        with self._stats_lock:
+            return {"requests": self._requests, "watches": self._watches}
+
+    def count(self, watches: int = 0, requests: int = 0) -> None:
+        with self._stats_lock:
+            self._watches += watches
+            self._requests += requests
 
     def start(self) -> FaultProxy:
         proxy = self
@@ -150,7 +163,13 @@ class _Handler(BaseHTTPRequestHandler):
         if query.get("continue") and faults.continue_expired(urlsplit(path).path):
             self._reply(410, status_body(410, EXPIRED_MESSAGE, "Expired"))
             return
-        self._forward(body)
+        watch = query.get("watch", [""])[0].lower() in ("true", "1")
+        self.owner.count(watches=int(watch), requests=1)
+        try:
+            self._forward(body)
+        finally:
+            if watch:
+                self.owner.count(watches=-1)
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _any
 

@@ -69,15 +69,15 @@ def anon_api() -> APIClient:
     return APIClient()
 
 
-# -- the simulated cluster ------------------------------------------------------------------
+# -- the cluster ---------------------------------------------------------------------------
 
 
 @pytest.fixture
 def sim(tmp_path):
-    """A fresh, empty simulated cluster on a free port, served over real HTTP.
+    """An empty cluster: the real control plane, reset for this test (tests/kubesim.py).
 
-    ``sim.kubeconfig_path`` holds the portal's ServiceAccount token (RBAC from deploy/,
-    see tests/kubesim.py); ``sim.admin_kubeconfig_path`` the cluster admin's.
+    ``sim.kubeconfig_path`` holds the portal's ServiceAccount token (RBAC from deploy/);
+    ``sim.admin_kubeconfig_path`` the cluster admin's.
     """
     from tests import kubesim
 
@@ -214,11 +214,29 @@ def on_commit(django_capture_on_commit_callbacks):
     return django_capture_on_commit_callbacks
 
 
+def pytest_runtest_logreport(report):
+    """Count the simulator's own tests for the summary line (tests/kubesim.py)."""
+    if report.when == "call" and report.nodeid.startswith("tests/simcluster/"):
+        from tests.kubesim import SIMULATOR_SUITE
+
+        SIMULATOR_SUITE.add(report.nodeid)
+
+
+def pytest_sessionfinish(session):
+    """Stop the session's control plane (tests/realcluster.py), if a test started one."""
+    import sys
+
+    if "tests.realcluster" in sys.modules:
+        sys.modules["tests.realcluster"].stop_session()
+
+
 def pytest_terminal_summary(terminalreporter):
-    """Name every test prerequisite (a Debian package) that was missing, once, at the end."""
+    """Name every missing test prerequisite, once; then what the cluster tests ran against."""
+    from tests.kubesim import summary
     from tests.prereqs import SKIPPED
 
     if SKIPPED:
         terminalreporter.section("skipped: missing test prerequisites")
         for line in sorted(SKIPPED):
             terminalreporter.write_line(f"  {line}")
+    terminalreporter.write_line(summary())

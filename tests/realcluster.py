@@ -2,12 +2,13 @@
 
 One :class:`devstack.controlplane.ControlPlane` (kube-apiserver, etcd, kube-controller-manager,
 kube-scheduler, kwok, Kueue) starts on first use and stops at the end of the session. After
-the portal's manifests are applied (``deploy/kubernetes/namespace.yaml`` and ``rbac.yaml``,
-read from those files) its etcd content is the baseline: every test starts from it
-(:meth:`ControlPlane.reset`, in milliseconds), gets its fleet loaded by the GPU emulation
-(``gpuemu``), whose controllers run for the test's duration, and reaches the API server as
-the portal through a fault-injecting proxy (``devstack/faultproxy.py``) with a token of the
-portal's ServiceAccount from the TokenRequest API. A call the manifests do not allow is
+the GPU Operator's namespace and ClusterPolicy CRD exist, its etcd content is the baseline:
+every test starts from it (:meth:`ControlPlane.reset`, in milliseconds), gets the portal's
+manifests applied (``deploy/kubernetes/namespace.yaml`` and ``rbac.yaml``, read from those
+files), its fleet loaded by the GPU emulation (``gpuemu``), whose controllers run for the
+test's duration, and reaches the API server as the portal through a fault-injecting proxy
+(``devstack/faultproxy.py``) with a token of the portal's ServiceAccount from the
+TokenRequest API. A call the manifests do not allow is
 refused by the real RBAC authorizer.
 
 :class:`RealCluster` offers the simulator's helpers that tests use (``get``, ``list``,
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from devstack import k8sbuild
-from devstack.controlplane import ControlPlane, kubeconfig_yaml
+from devstack.controlplane import ControlPlane, _established, kubeconfig_yaml
 from devstack.faultproxy import FaultProxy
 from devstack.kubeapi import KubeAPI, KubeError, wait_for
 
@@ -35,8 +36,6 @@ DEPLOY = REPO / "deploy" / "kubernetes"
 PORTAL_MANIFESTS = (DEPLOY / "namespace.yaml", DEPLOY / "rbac.yaml")
 PORTAL_SERVICE_ACCOUNT = ("gpu-quota-portal", "gpu-quota-portal")
 OPERATOR_NAMESPACE = "gpu-operator"
-# What the summary line counts (tests/conftest.py).
-USED_BY: set[str] = set()
 
 _lock = threading.Lock()
 _shared: _Session | None = None
@@ -52,11 +51,14 @@ class _Session:
             api = self.plane.api
             api.apply({"apiVersion": "v1", "kind": "Namespace",
                        "metadata": {"name": OPERATOR_NAMESPACE}})  # fmt: skip
-            for manifest in PORTAL_MANIFESTS:
-                api.apply_file(manifest)
+            # The GPU Operator's CRD is part of the baseline: a CRD takes a second or two to
+            # be established, every fleet with the operator would wait for it.
+            from gpuemu import operands
+
+            crd = api.apply(operands.crd())
             wait_for(
-                lambda: api.get("serviceaccounts", "default", OPERATOR_NAMESPACE),
-                what="default ServiceAccount in gpu-operator",
+                lambda: _established(api.get("customresourcedefinitions", crd["metadata"]["name"])),
+                what="the ClusterPolicy CRD established",
             )
             pki = self.workdir / "pki"
             from devstack.pki import CertificateAuthority  # noqa: F401 - the CA is on disk
@@ -80,7 +82,11 @@ def available() -> bool:
 
 
 def session() -> _Session:
+    """The session's control plane (started on first use); counts the calling test."""
+    from tests.kubesim import RAN_AGAINST, _current_test
+
     global _shared
+    RAN_AGAINST["real"].add(_current_test())
     with _lock:
         if _shared is None:
             _shared = _Session()
@@ -124,7 +130,7 @@ class RealCluster:
 
     real = True
 
-    def __init__(self, fleet: Any, tmp_path: Path, **options: Any):
+    def __init__(self, fleet: Any, tmp_path: Path, *, portal: bool = True, **options: Any):
         self.session = session()
         self.plane = self.session.plane
         self.plane.reset()
@@ -137,19 +143,26 @@ class RealCluster:
         self.emulator = None
         self.admin_kubeconfig_path = tmp_path / "admin.kubeconfig"
         self.admin_kubeconfig_path.write_text(self.plane.admin_kubeconfig.read_text())
+        if portal:
+            self.install_portal(tmp_path)
+        self._load(fleet, options)
+
+    def install_portal(self, tmp_path: Path) -> None:
+        """The portal's manifests, and a kubeconfig with a token of its ServiceAccount."""
+        for manifest in PORTAL_MANIFESTS:
+            self.api.apply_file(manifest)
         self.portal_token = self.issue_token(*PORTAL_SERVICE_ACCOUNT, expiration_s=24 * 3600)
         self.kubeconfig_path = self.write_kubeconfig(
             tmp_path / "kubeconfig", token=self.portal_token, user="gpu-quota-portal"
         )
-        self._load(fleet, options)
 
     def _load(self, fleet: Any, options: dict[str, Any]) -> None:
-        import gpuemu
+        from gpuemu import Emulator, Options, load
+        from simcluster.fleet import Fleet, load_fleet
 
-        self.fleet = gpuemu.fleet_from(fleet)
-        gpuemu.load(self.api, self.fleet)
-        self.emulator = gpuemu.Emulator(self.api, self.fleet, **options)
-        self.emulator.start()
+        self.fleet = fleet if isinstance(fleet, Fleet) else load_fleet(fleet)
+        load(self.api, self.fleet)
+        self.emulator = Emulator(self.api, Options.from_fleet(self.fleet, **options)).start()
 
     # -------------------------------------------------------------- lifecycle
     def stop(self) -> None:
@@ -165,6 +178,10 @@ class RealCluster:
         proc = next(c for c in self.plane.components if c.name == "kube-controller-manager").proc
         os.kill(proc.pid, signal.SIGSTOP if paused else signal.SIGCONT)
         self._paused = paused
+
+    def stats(self) -> dict[str, int]:
+        """What the portal sent through the proxy: requests seen, watches streaming now."""
+        return self.session.proxy.stats()
 
     # ------------------------------------------------------------- identities
     def issue_token(

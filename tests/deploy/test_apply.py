@@ -25,18 +25,15 @@ def _get(kubectl, kind: str, name: str) -> dict:
 
 @pytest.fixture
 def fresh_cluster(tmp_path):
-    """A simulator with only what the prerequisites give: the GPU Operator's namespace."""
-    from simcluster import SimCluster
+    """The real control plane with only what the prerequisites give: the GPU Operator's
+    namespace (and its ClusterPolicy CRD), none of the portal's manifests yet."""
+    from tests import kubesim
 
-    sim = SimCluster.from_fleet({})
-    sim.start(host="127.0.0.1", port=0)
-    names = {ns["metadata"]["name"] for ns in sim.list("namespaces")}
-    assert NS not in names
-    if "gpu-operator" not in names:
-        sim.create("namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                  "metadata": {"name": "gpu-operator"}})  # fmt: skip
-    yield sim
-    sim.stop()
+    cluster = kubesim.start({"gpuOperator": False}, tmp_path, portal=False)
+    names = {ns["metadata"]["name"] for ns in cluster.list("namespaces")}
+    assert NS not in names and "gpu-operator" in names
+    yield cluster
+    cluster.stop()
 
 
 def test_apply_k_on_a_fresh_cluster_creates_everything_and_reapplies_unchanged(

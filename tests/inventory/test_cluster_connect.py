@@ -28,7 +28,7 @@ def closed_port() -> int:
 
 
 def https_url(sim) -> str:
-    return "https://" + sim.url.removeprefix("http://")
+    return sim.url.replace("http://", "https://", 1)
 
 
 # ---- API -----------------------------------------------------------------------------------

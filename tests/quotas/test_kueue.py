@@ -32,7 +32,7 @@ H100, V100 = "NVIDIA-H100-80GB-HBM3", "Tesla-V100-SXM2-16GB"
 WHY = "training run for the class-aware paper"
 
 
-def wait_until(fn, timeout=5.0):
+def wait_until(fn, timeout=15.0):
     deadline = time.monotonic() + timeout
     while True:
         value = fn()
@@ -144,9 +144,17 @@ def test_grant_admits_a_pod_on_its_class_and_queues_the_next(kq):
     counts = reconcile_quotas()
     assert counts["reverted"] == counts["recreated"] == 0
     assert counts["created"] == 1  # nlp's namespace gets its queues, with no quota
+
+    def h100_row():  # Kueue writes the ClusterQueue's status a moment after it admits
+        reconcile_quotas()
+        tq = TeamQueue.objects.get(team=kq["vision"], cluster=kq["cluster"])
+        rows = {(r.gpu_class.slug, r.resource): r for r in kueue.class_rows(tq)}
+        h = rows[(kq["h100"].slug, GPU)]
+        return h if tq.status.get("pending") == 1 and h.used == 2 else None
+
+    h = wait_until(h100_row)
+    assert h is not None, kueue.class_rows(TeamQueue.objects.get(team=kq["vision"]))
     tq = TeamQueue.objects.get(team=kq["vision"], cluster=kq["cluster"])
-    rows = {(r.gpu_class.slug, r.resource): r for r in kueue.class_rows(tq)}
-    h = rows[(kq["h100"].slug, GPU)]
     assert (h.nominal, h.used, h.borrowed) == (2, 2, 0)
     assert tq.status["pending"] == 1 and tq.status["admitted"] == 1
     assert tq.workloads["vision"]["pending"] == {GPU: 1}
@@ -173,9 +181,15 @@ def test_borrowing_within_a_cohort_and_its_limit(kq):
     queued_pod(kq, "wide", 5)  # 2 own + 3 borrowed from nlp's idle 4
     core = kq["core"]
     assert wait_until(lambda: core.read_namespaced_pod("wide", "vision").spec.node_name)
-    reconcile_quotas()
-    tq = TeamQueue.objects.get(team=kq["vision"], cluster=kq["cluster"])
-    row = next(r for r in kueue.class_rows(tq) if r.gpu_class == kq["h100"])
+
+    def h100_row():  # Kueue writes the ClusterQueue's status a moment after it admits
+        reconcile_quotas()
+        tq = TeamQueue.objects.get(team=kq["vision"], cluster=kq["cluster"])
+        row = next(r for r in kueue.class_rows(tq) if r.gpu_class == kq["h100"])
+        return row if row.used == 5 else None
+
+    row = wait_until(h100_row)
+    assert row is not None
     assert (row.nominal, row.used, row.borrowed) == (2, 5, 3)
     audit = AuditEvent.objects.filter(action="kueue.queue_settings").first()
     assert audit.after == {"cohort": "research", "borrowing_limit": None, "lending_limit": None}
@@ -298,7 +312,13 @@ def test_team_page_shows_the_queue_per_class_and_what_waits(kq, client):
     queued_pod(kq, "train-1", 2)
     assert wait_until(lambda: condition(workload_of(kq, "train-1"), "QuotaReserved"))
     sync_cluster(kq["cluster"])  # the inventory sees the gated pod: pending demand
-    reconcile_quotas()
+
+    def counted():  # Kueue writes the ClusterQueue's status a moment after it admits
+        reconcile_quotas()
+        status = TeamQueue.objects.get(team=kq["vision"]).status
+        return status.get("admitted") == 1 and status.get("pending") == 1
+
+    assert wait_until(counted)
     client.force_login(kq["alice"])
     page = client.get(reverse("quotas:teams")).content.decode()
     assert "Kueue queue <code>gpu-portal-vision</code>" in page
