@@ -70,6 +70,9 @@ CONTROLLERS = (
     "disruption-controller",
     "pod-garbage-collector-controller",
     "ttl-after-finished-controller",
+    # Lifts the not-ready:NoSchedule taint the TaintNodesByCondition admission plugin puts on
+    # every new node, once kwok reports it Ready (pkg/controller/nodelifecycle).
+    "node-lifecycle-controller",
 )
 # Kueue's integrations the portal uses: plain pods (scheduling gate) and batch Jobs (suspend).
 KUEUE_FRAMEWORKS = ("batch/job", "pod")
@@ -305,6 +308,9 @@ class ControlPlane:
                 f"--root-ca-file={ca.cert_path}",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--controllers=" + ",".join(CONTROLLERS),
+                # how often the node lifecycle controller looks (default 5 s): a new node is
+                # schedulable about a second after kwok marks it Ready
+                "--node-monitor-period=1s",
                 "--profiling=false",
                 "--v=1",
             ],

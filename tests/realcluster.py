@@ -36,6 +36,7 @@ DEPLOY = REPO / "deploy" / "kubernetes"
 PORTAL_MANIFESTS = (DEPLOY / "namespace.yaml", DEPLOY / "rbac.yaml")
 PORTAL_SERVICE_ACCOUNT = ("gpu-quota-portal", "gpu-quota-portal")
 OPERATOR_NAMESPACE = "gpu-operator"
+MIG_FAULTS = ("mig_fail", "mig_stuck", "mig_reboot")
 
 _lock = threading.Lock()
 _shared: _Session | None = None
@@ -108,7 +109,9 @@ class Faults:
 
     Network faults go to the proxy in front of the API server; ``quota_controller_paused``
     stops kube-controller-manager (SIGSTOP: every controller in it pauses, the quota
-    controller among them) until it is turned off or the test ends.
+    controller among them) until it is turned off or the test ends; the MIG faults
+    (``mig_fail``, ``mig_stuck``, ``mig_reboot``) become the GPU emulation's fault annotation
+    on every node (gpuemu/migmanager.py), which mig-manager reads as the simulator's switches.
     """
 
     def __init__(self, cluster: RealCluster):
@@ -118,6 +121,9 @@ class Faults:
         paused = changes.pop("quota_controller_paused", None)
         if paused is not None:
             self._cluster.pause_controller_manager(bool(paused))
+        for fault in MIG_FAULTS:
+            if fault in changes:
+                self._cluster.set_mig_fault(fault, bool(changes.pop(fault)))
         return self._cluster.session.proxy.faults.update(**changes)
 
     def reset(self) -> None:
@@ -182,6 +188,20 @@ class RealCluster:
     def stats(self) -> dict[str, int]:
         """What the portal sent through the proxy: requests seen, watches streaming now."""
         return self.session.proxy.stats()
+
+    def set_mig_fault(self, fault: str, on: bool) -> None:
+        from gpuemu.migmanager import FAULT_ANNOTATION, faults_of
+
+        for node in self.api.list("nodes"):
+            current = faults_of(node)
+            wanted = current | {fault} if on else current - {fault}
+            if wanted != current:
+                value = ",".join(sorted(wanted)) or None
+                self.api.patch(
+                    "nodes",
+                    node["metadata"]["name"],
+                    {"metadata": {"annotations": {FAULT_ANNOTATION: value}}},
+                )
 
     # ------------------------------------------------------------- identities
     def issue_token(

@@ -88,7 +88,8 @@ def fleet(sim_api):
     core.create_namespaced_pod("ml-vision", pod_body("train-a", "gpu-0", 4))
     core.create_namespaced_pod("ml-vision", pod_body("train-b", "gpu-1", 2))
     core.create_namespaced_pod("genomics", pod_body("align", "gpu-1", 1))
-    core.create_namespaced_pod("genomics", pod_body("queued", None, 8))  # pending, no node
+    # pending: no node has 16 GPUs, so kube-scheduler leaves it unscheduled
+    core.create_namespaced_pod("genomics", pod_body("queued", None, 16))
     cpu = pod_body("web", "cpu-0")
     cpu["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
     core.create_namespaced_pod("genomics", cpu)
@@ -108,7 +109,7 @@ def test_first_sync_mirrors_nodes_pods_and_usage(sim_cluster, fleet):
     assert Node.objects.get(name="gpu-0").gpu_product == "NVIDIA-A100-SXM4-80GB"
     assert (requested("gpu-0"), requested("gpu-1"), requested("gpu-2")) == (4, 3, 0)
     usage = {(u.namespace, u.resource): (u.requested, u.pods) for u in NamespaceUsage.objects.all()}
-    assert usage == {("ml-vision", GPU): (6, 2), ("genomics", GPU): (9, 2)}
+    assert usage == {("ml-vision", GPU): (6, 2), ("genomics", GPU): (17, 2)}
     pending = GpuPod.objects.get(name="queued")
     assert pending.node is None and pending.phase == "Pending"
     sim_cluster.refresh_from_db()
@@ -164,7 +165,7 @@ def test_changes_are_picked_up(sim_cluster, fleet):
     assert set(GpuPod.objects.values_list("name", flat=True)) == {"train-b", "queued"}
     assert (requested("gpu-0"), requested("gpu-1")) == (0, 2)
     usage = {(u.namespace): u.requested for u in NamespaceUsage.objects.all()}
-    assert usage == {"ml-vision": 2, "genomics": 8}
+    assert usage == {"ml-vision": 2, "genomics": 16}
 
     # A node that comes back is present again.
     core.create_node(node_body("gpu-2"))

@@ -52,9 +52,13 @@ def fleet(operator: dict | bool | None = None, portal_cm: dict | None = FOREIGN)
     return spec
 
 
-def start(tmp_path, spec: dict, step_s: float = 0.05):
+def start(tmp_path, spec: dict, step_s: float = 0.05, simulator: bool = False):
+    """The real control plane with the GPU emulation (``simulator``: the Python simulator,
+    for the tests that advance its clock)."""
     from tests import kubesim
 
+    if simulator:
+        return kubesim.start_simulator(spec, tmp_path, mig_step_s=step_s)
     return kubesim.start(spec, tmp_path, mig_step_s=step_s)
 
 

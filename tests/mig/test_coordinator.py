@@ -114,7 +114,8 @@ def test_node_already_in_config_is_not_disrupted(world, core):
 def test_mig_manager_failure_uncordons_alerts_and_can_be_reverted(world, core, mig_sim, on_commit):
     w = world
     mig_sim.faults.update(mig_fail=True)
-    mig_sim.mig.step_s = 0.3  # the portal sees the pending that precedes this failure
+    # the portal sees the pending that precedes this failure
+    mig_sim.emulator.options = mig_sim.emulator.options.with_(mig_step_s=0.3)
     with on_commit(execute=True):
         req = _run(_approve(w, _request(w)))
     assert req.status == MigRequest.Status.FAILED

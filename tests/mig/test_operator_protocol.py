@@ -11,6 +11,11 @@ portal with it (mig/operator.py, mig/config_steps.py, mig/state_steps.py):
 - the kubelet's ConfigMap volume sync (the mounted file lags a write by about a minute),
   run here at a full minute on the simulator's clock (``sim.clock.advance``) and the
   portal's (time-machine).
+
+The tests run against the real control plane with the GPU emulation (gpuemu/), except the
+three that wait out a minute of the kubelet's sync or half a minute of the device plugin's
+restart: a real clock cannot be advanced, so they keep the Python simulator and its clock
+(``simulator=True``).
 """
 
 from __future__ import annotations
@@ -35,8 +40,9 @@ def make(tmp_path, settings):
     """``make(operator_overrides, portal_cm=...)`` -> (world, admin CoreV1Api)."""
     sims, apis = [], []
 
-    def build(operator=None, step_s=0.05, **kw):
-        sim = migsim.start(tmp_path, migsim.fleet(operator, **kw), step_s=step_s)
+    def build(operator=None, step_s=0.05, simulator=False, **kw):
+        spec = migsim.fleet(operator, **kw)
+        sim = migsim.start(tmp_path, spec, step_s=step_s, simulator=simulator)
         sims.append(sim)
         core = migsim.admin_core(sim)
         apis.append(core)
@@ -54,7 +60,7 @@ def _relabels(req) -> list:
 
 
 def test_the_label_waits_out_a_minute_of_mount_delay(make, settings, client):
-    w, core = make({"configMountDelay": 60})
+    w, core = make({"configMountDelay": 60}, simulator=True)  # the sim clock's minute
     settings.MIG_CONFIG_MOUNT_SECONDS = 60
     with time_machine.travel(timezone.now(), tick=True) as clock:
         req = run(approve(w, request(w)), until=lambda r: step(r, "wait_mount").status == "running")
@@ -77,7 +83,7 @@ def test_a_label_judged_against_the_old_file_is_relabelled_until_it_succeeds(mak
     """mig-manager answers ``failed`` without ``pending`` for a config its file lacks and
     never looks again until the label changes: the portal sets a name validation refuses,
     waits for that ``failed``, then the real name again."""
-    w, core = make({"configMountDelay": 60})
+    w, core = make({"configMountDelay": 60}, simulator=True)  # the sim clock's minute
     settings.MIG_CONFIG_MOUNT_SECONDS = 0  # the portal labels before the kubelet synced
     settings.MIG_RELABEL_ATTEMPTS = 3
 
@@ -168,7 +174,7 @@ def test_a_cluster_policy_naming_another_configmap_is_refused(make):
 
 
 def test_grant_waits_for_the_device_plugin_and_gfd(make):
-    w, core = make({"devicePluginRestart": 30})
+    w, core = make({"devicePluginRestart": 30}, simulator=True)  # the sim clock's 30 s
     req = run(approve(w, request(w)), until=lambda r: step(r, "wait_devices").status == "running")
     assert core.read_node("a100-00").metadata.labels["nvidia.com/mig.config.state"] == "success"
     wait = step(req, "wait_devices")
