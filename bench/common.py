@@ -69,10 +69,29 @@ PORTAL_MANIFESTS = ("deploy/kubernetes/namespace.yaml", "deploy/kubernetes/rbac.
 PORTAL_SERVICE_ACCOUNT = "gpu-quota-portal/gpu-quota-portal"
 
 
+def cluster_kind() -> str:
+    """``real`` (the control plane of ``make k8s``) or ``simulator``: ``$BENCH_CLUSTER``, else
+    real where its binaries are built. Every benchmark prints it with its figures."""
+    wanted = os.environ.get("BENCH_CLUSTER", "").strip()
+    if wanted in ("real", "simulator"):
+        return wanted
+    if wanted:
+        raise SystemExit(f"BENCH_CLUSTER={wanted!r}: use real or simulator")
+    from devstack import k8sbuild
+
+    return "real" if k8sbuild.installed_dir() is not None else "simulator"
+
+
 def sim_argv(fleet: Path, kubeconfig: Path, portal_kubeconfig: Path) -> list[str]:
-    """``python -m simcluster`` for a benchmark: the admin's kubeconfig is written last, so
-    once it exists the portal's (a ServiceAccount token) exists too."""
-    argv = [sys.executable, "-m", "simcluster", "--fleet", str(fleet), "--port", "0"]
+    """The benchmark's cluster (:func:`cluster_kind`): ``python -m devstack.cluster`` or
+    ``python -m simcluster``, same arguments. The admin's kubeconfig is written last, so once
+    it exists the portal's (a ServiceAccount token) exists too."""
+    if cluster_kind() == "real":
+        workdir = kubeconfig.parent / "controlplane"
+        argv = [sys.executable, "-m", "devstack.cluster", "--fleet", str(fleet),
+                "--workdir", str(workdir), "--no-kueue"]  # fmt: skip
+    else:
+        argv = [sys.executable, "-m", "simcluster", "--fleet", str(fleet), "--port", "0"]
     for manifest in PORTAL_MANIFESTS:
         argv += ["--apply", str(ROOT / manifest)]
     argv += ["--serviceaccount-kubeconfig", f"{PORTAL_SERVICE_ACCOUNT}={portal_kubeconfig}"]

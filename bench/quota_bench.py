@@ -41,7 +41,15 @@ from queue import Empty, Queue
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.common import database_url, free_port, fresh_database, log, sim_argv, stop  # noqa: E402
+from bench.common import (  # noqa: E402
+    cluster_kind,
+    database_url,
+    free_port,
+    fresh_database,
+    log,
+    sim_argv,
+    stop,
+)
 
 BENCH_DB = "portal_bench_quota"
 GPU = "nvidia.com/gpu"
@@ -174,10 +182,10 @@ def run(args, port: int, kubeconfigs: tuple[Path, Path], requests) -> int:
     from quotas.capacity import allocatable, limit, peak, peak_reserved
     from quotas.models import Grant, Membership, QuotaRequest, Team, TeamNamespace
 
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 180  # the real control plane starts in 15-30 s
     while not kubeconfig.exists():
         if time.monotonic() > deadline:
-            raise SystemExit("the simulated cluster did not start")
+            raise SystemExit(f"the {cluster_kind()} cluster did not start")
         time.sleep(0.2)
     base = f"http://127.0.0.1:{port}"
     wait_http(base + "/healthz")
@@ -304,7 +312,8 @@ def run(args, port: int, kubeconfigs: tuple[Path, Path], requests) -> int:
     classes_over = sum(max(p - alloc, 0) for _, alloc, p, _ in per_class)
     in_classes = f" in {len(slugs)} GPU classes" if slugs else ""
 
-    print(f"\n{args.requests} requests from {args.teams} teams, {args.admins} admin clients, "
+    print(f"\nCluster: {cluster_kind()}")
+    print(f"{args.requests} requests from {args.teams} teams, {args.admins} admin clients, "
           f"{cap} GPUs allocatable{in_classes}")  # fmt: skip
     print(f"baseline GET /quota-requests/{{id}}/: mean {statistics.mean(reads) * 1000:.1f} ms")
     print(f"approve calls: mean {statistics.mean(call_times) * 1000:.1f} ms "

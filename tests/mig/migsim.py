@@ -30,10 +30,12 @@ FOREIGN = {"version": "v1", "mig-configs": {
 LAYOUT = {"3g.40gb": 2}
 CONFIG = "portal-a100-80gb-3g.40gbx2-d0-1"
 # The operator as the demo runs it: mig-manager reads the portal's ConfigMap; the delays
-# short (the tests that need a minute use the sim clock).
+# short (the tests that need a minute use the sim clock). The operand pods take a couple of
+# seconds to go on the real control plane (the DaemonSet controller deletes them, kwok
+# stops them a second later), well within the pause timeout.
 OPERATOR = {"namespace": "gpu-operator", "migStrategy": "mixed", "migConfigName": PORTAL_CM,
             "withReboot": False, "configMountDelay": 0.2, "devicePluginRestart": 0.05,
-            "clientPauseTimeout": 1}  # fmt: skip
+            "clientPauseTimeout": 20}  # fmt: skip
 
 
 def fleet(operator: dict | bool | None = None, portal_cm: dict | None = FOREIGN) -> dict:

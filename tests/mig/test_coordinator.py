@@ -9,6 +9,7 @@ tests/mig/test_operator_protocol.py.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -115,7 +116,7 @@ def test_mig_manager_failure_uncordons_alerts_and_can_be_reverted(world, core, m
     w = world
     mig_sim.faults.update(mig_fail=True)
     # the portal sees the pending that precedes this failure
-    mig_sim.emulator.options = mig_sim.emulator.options.with_(mig_step_s=0.3)
+    mig_sim.emulator.options = replace(mig_sim.emulator.options, mig_step_s=0.3)
     with on_commit(execute=True):
         req = _run(_approve(w, _request(w)))
     assert req.status == MigRequest.Status.FAILED
