@@ -62,6 +62,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,9 @@ from simcluster.fleet import Fleet, load_fleet, namespace_object, now_iso
 
 log = logging.getLogger("gpuemu.load")
 FIELD_MANAGER = "gpuemu-fleet"
+# A fleet pod's start in the past (its ``age``), read by devstack/kwok-stages/pod-ready.yaml
+# as the startTime kwok reports: the API server sets creationTimestamp itself.
+STARTED_AT_ANNOTATION = "gpuemu.gpu-portal.dev/started-at"
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"  # kwok's --manage-nodes-with-annotation-selector
 # devstack/controlplane.py runs kwok with --manage-nodes-with-label-selector=<this>!=none
 NO_KUBELET_LABEL = "gpuemu.gpu-portal.dev/kubelet"
@@ -157,6 +161,12 @@ def _clean_meta(obj: dict[str, Any]) -> dict[str, Any]:
         meta.pop(k, None)
     out.pop("status", None)
     return out
+
+
+def _aged(timestamp: str, slack_s: float = 60.0) -> bool:
+    """Whether a fleet timestamp lies more than ``slack_s`` in the past (an ``age:`` key)."""
+    then = datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    return (datetime.now(UTC) - then).total_seconds() > slack_s
 
 
 def _ready(node: dict[str, Any]) -> bool:
@@ -267,11 +277,14 @@ def _load(ld: _Loader, fl: Fleet, *, hold_pending: bool, operator: bool) -> None
 
     def make_pod(pod: dict[str, Any]) -> None:
         body = _clean_meta(pod)
+        created = pod["metadata"].get("creationTimestamp")
+        if created and _aged(created):  # the fleet's ``age``: devstack/kwok-stages/pod-ready
+            body["metadata"].setdefault("annotations", {})[STARTED_AT_ANNOTATION] = created
         unscheduled = not pod["spec"].get("nodeName")
         if unscheduled and hold_pending and pod["status"].get("phase") == "Pending":
             body["spec"]["schedulerName"] = HOLD_SCHEDULER
-        created = ld.create("pods", body)
-        if created is not None and _pod_needs_status(pod, kwok_nodes - later):
+        made = ld.create("pods", body)
+        if made is not None and _pod_needs_status(pod, kwok_nodes - later):
             meta = pod["metadata"]
             api.patch(
                 "pods", meta["name"], _status_patch(pod), meta["namespace"], subresource="status"

@@ -291,6 +291,9 @@ class GpuPod(models.Model):
     gpu_selector = models.JSONField(default=dict, blank=True)
     priority_class = models.CharField(max_length=253, blank=True)
     k8s_created_at = models.DateTimeField(null=True, blank=True)
+    # status.startTime (None while Pending): from then on it holds its node's GPUs, so the
+    # idle insight counts a pod's idle time from here (telemetry/insight.py).
+    started_at = models.DateTimeField(null=True, blank=True)
     first_seen_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

@@ -196,6 +196,9 @@ class PodFacts(NamedTuple):
     requests: dict[str, int]
     priority_class: str
     k8s_created_at: datetime | None
+    # status.startTime: when its kubelet started it, from which it holds its node's GPUs
+    # (None while Pending).
+    started_at: datetime | None
     # The ``nvidia.com/`` labels the pod's nodeSelector asks for (a GPU class, when they
     # match one: quotas/demand.py); {} for most pods.
     gpu_selector: dict[str, str] = {}
@@ -304,5 +307,6 @@ def parse_gpu_pod(obj: dict) -> PodFacts | None:
         requests=requests,
         priority_class=spec.get("priorityClassName") or "",
         k8s_created_at=_parse_time(meta.get("creationTimestamp")),
+        started_at=_parse_time(status.get("startTime")),
         gpu_selector=pod_gpu_selector(spec),
     )

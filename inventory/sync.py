@@ -50,7 +50,8 @@ NODE_FIELDS = [
 # while a pod is gated (Kueue adds its flavor's labels), and its binding then changes
 # node_name.
 POD_COMPARED = ["uid", "node_id", "node_name", "phase", "priority_class"]
-POD_FIELDS = [*POD_COMPARED, "requests", "gpu_selector"]
+# started_at is written with the others, so with a phase change (Pending -> Running).
+POD_FIELDS = [*POD_COMPARED, "requests", "gpu_selector", "started_at"]
 
 Progress = Callable[[str, int, int | None], None]
 
@@ -485,7 +486,7 @@ class _Syncer:
                 node = self.nodes.get(facts.node_name) if facts.node_name else None
                 node_id = node[0] if node else None
                 compared = [facts.uid, node_id, facts.node_name, facts.phase, facts.priority_class]
-                values = [*compared, facts.requests, facts.gpu_selector]
+                values = [*compared, facts.requests, facts.gpu_selector, facts.started_at]
                 known = existing.get(key)
                 if known is None:
                     create.append(

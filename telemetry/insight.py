@@ -118,6 +118,11 @@ def _gpu_request(pod: GpuPod) -> int:
         return 0
 
 
+def _since(pod) -> datetime:
+    """When a pod began holding its GPUs: its start, else its creation, else first seen."""
+    return pod.started_at or pod.k8s_created_at or pod.first_seen_at
+
+
 def attribute(node_ids=None, now: datetime | None = None) -> Attribution:
     """Who holds which GPU now, on ``node_ids`` (None: every node). Two queries."""
     gpus_qs = GpuState.objects.select_related("node").only(
@@ -125,7 +130,14 @@ def attribute(node_ids=None, now: datetime | None = None) -> Attribution:
         "node__gpu_product", "node__gpu_class",
     )  # fmt: skip
     pods_qs = GpuPod.objects.filter(node__isnull=False, phase="Running").only(
-        "id", "node_id", "namespace", "name", "requests", "k8s_created_at", "first_seen_at"
+        "id",
+        "node_id",
+        "namespace",
+        "name",
+        "requests",
+        "started_at",
+        "k8s_created_at",
+        "first_seen_at",
     )
     if node_ids is not None:
         gpus_qs = gpus_qs.filter(node_id__in=node_ids)
@@ -156,7 +168,7 @@ def attribute(node_ids=None, now: datetime | None = None) -> Attribution:
                     alloc = agent[(ns, name)] = Allocation(
                         node, ns, name, "agent",
                         requested=_gpu_request(pod) if pod else 0,
-                        since=(pod.k8s_created_at or pod.first_seen_at) if pod else None,
+                        since=_since(pod) if pod else None,
                     )  # fmt: skip
                 alloc.gpu_states.append(g)
                 instances = {
@@ -187,7 +199,7 @@ def attribute(node_ids=None, now: datetime | None = None) -> Attribution:
                     "requests",
                     gpu_states=list(candidates),
                     requested=req,
-                    since=p.k8s_created_at or p.first_seen_at,
+                    since=_since(p),
                 )
             )
             for g in candidates:

@@ -93,6 +93,15 @@ def fleet(sim_api):
     cpu = pod_body("web", "cpu-0")
     cpu["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
     core.create_namespaced_pod("genomics", cpu)
+    # Their kubelet (kwok) starts the bound pods a moment later: wait, so that a test's two
+    # syncs see the same cluster.
+    wait_for(
+        lambda: all(
+            p.status.phase == "Running"
+            for p in core.list_pod_for_all_namespaces().items
+            if p.spec.node_name
+        )
+    )
     return core
 
 
