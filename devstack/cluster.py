@@ -7,8 +7,8 @@ The command line mirrors ``python -m simcluster`` so the demo starts either the 
         --serviceaccount-kubeconfig gpu-quota-portal/gpu-quota-portal=.data/portal.kubeconfig \\
         --kubeconfig .data/kubeconfig
 
-It starts :class:`devstack.controlplane.ControlPlane` in ``--workdir``, applies the
-manifests, loads the fleet through the GPU emulation (``gpuemu``) and runs its controllers,
+It starts :class:`devstack.controlplane.ControlPlane` in ``--workdir``, loads the fleet
+through the GPU emulation (``gpuemu``), applies the manifests, runs the emulation's controllers,
 writes the ServiceAccount kubeconfigs (tokens from the TokenRequest API) and then the
 admin's kubeconfig last (its appearance means "ready"), and runs until SIGINT/SIGTERM or
 until a component dies (exit status 1 with the component's log tail).
@@ -25,6 +25,7 @@ from pathlib import Path
 from devstack.controlplane import ComponentDied, ControlPlane, kubeconfig_yaml
 from devstack.kubeapi import KubeError, wait_for
 
+OPERATOR_NAMESPACE = "gpu-operator"
 TOKEN_SECONDS = 365 * 24 * 3600  # the demo's portal token outlives any demo session
 
 
@@ -53,13 +54,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         plane.start()
         import gpuemu
+        from simcluster.fleet import load_fleet
 
         api = plane.api
+        fleet = load_fleet(args.fleet)
+        gpuemu.load(api, fleet)
+        # The GPU operator's namespace holds a Role of the portal's manifests (rbac.yaml).
+        api.apply({"apiVersion": "v1", "kind": "Namespace",
+                   "metadata": {"name": OPERATOR_NAMESPACE}})  # fmt: skip
         for manifest in args.apply:
             api.apply_file(manifest)
-        fleet = gpuemu.fleet_from(args.fleet)
-        gpuemu.load(api, fleet)
-        emulator = gpuemu.Emulator(api, fleet)
+        emulator = gpuemu.Emulator(api, gpuemu.Options.from_fleet(fleet))
         emulator.start()
         for spec in args.serviceaccount_kubeconfig:
             account, path = spec.split("=", 1)

@@ -131,16 +131,6 @@ class Component:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def stop(self, timeout: float = 10.0) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
-
 
 def kubeconfig_yaml(
     server: str, ca_pem: bytes, user: str, *, cert: Path | None = None, key: Path | None = None,
@@ -501,12 +491,21 @@ class ControlPlane:
             out.append(doc)
         return out
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 5.0) -> None:
+        """SIGTERM every component at once, SIGKILL what is left after ``timeout``."""
         self._stopping.set()
         if self.api is not None:
             self.api.close()
-        for component in reversed(self.components):
-            component.stop()
+        running = [c for c in self.components if c.alive()]
+        for component in running:
+            component.proc.terminate()
+        deadline = time.monotonic() + timeout
+        for component in running:
+            try:
+                component.proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                component.proc.kill()
+                component.proc.wait(5)
 
     def __enter__(self) -> ControlPlane:
         return self.start()

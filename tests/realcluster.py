@@ -73,8 +73,12 @@ class _Session:
             raise
 
     def stop(self) -> None:
+        import shutil
+
         self.proxy.stop()
         self.plane.stop()
+        if not self.plane.failure:  # a dead component's logs stay for reading
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 def available() -> bool:

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DEMO_FLEET = ROOT / "simcluster" / "fleets" / "demo.yaml"
 # The demo's GPU Operator with short delays (the demo's mount delay is 3 s): a MIG run
 # takes a couple of seconds. The worker's MIG_CONFIG_MOUNT_SECONDS is a little longer.
-FAST_OPERATOR = {"configMountDelay": 0.3, "devicePluginRestart": 0.1, "clientPauseTimeout": 20}
+FAST_OPERATOR = {"configMountDelay": 0.3, "devicePluginRestart": 0.1, "clientPauseTimeout": 60}
 MIG_WORKER_ENV = {"MIG_POLL_SECONDS": "0.2", "MIG_CONFIG_MOUNT_SECONDS": "0.5"}
 
 

@@ -79,7 +79,8 @@ def fleet(sim_api):
         {
             "apiVersion": "v1",
             "kind": "Node",
-            "metadata": {"name": "cpu-0"},
+            # a kubelet registers its node with these labels (and kwok skips a node with none)
+            "metadata": {"name": "cpu-0", "labels": {"kubernetes.io/hostname": "cpu-0"}},
             "status": {"capacity": {"cpu": "8"}, "allocatable": {"cpu": "8"}},
         }
     )

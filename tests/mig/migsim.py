@@ -35,7 +35,7 @@ CONFIG = "portal-a100-80gb-3g.40gbx2-d0-1"
 # stops them a second later), well within the pause timeout.
 OPERATOR = {"namespace": "gpu-operator", "migStrategy": "mixed", "migConfigName": PORTAL_CM,
             "withReboot": False, "configMountDelay": 0.2, "devicePluginRestart": 0.05,
-            "clientPauseTimeout": 20}  # fmt: skip
+            "clientPauseTimeout": 60}  # fmt: skip
 
 
 def fleet(operator: dict | bool | None = None, portal_cm: dict | None = FOREIGN) -> dict:

@@ -37,7 +37,7 @@ def seed(stdout, portal_kubeconfig: str, admin_kubeconfig: str, admin) -> Cluste
     cluster, _ = Cluster.objects.update_or_create(
         slug=SLUG,
         defaults={
-            "name": "Research cluster (simulated, Kueue)",
+            "name": "Research cluster (emulated GPUs, Kueue)",
             "description": "The second simulated cluster of `make demo`: Kueue enforces "
             "each GPU class.",
             "auth_method": Cluster.AuthMethod.KUBECONFIG,

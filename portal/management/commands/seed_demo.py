@@ -105,8 +105,8 @@ class Command(BaseCommand):
         cluster, _ = Cluster.objects.update_or_create(
             slug="demo",
             defaults={
-                "name": "Demo cluster (simulated)",
-                "description": "The simulated GPU cluster started by `make demo`.",
+                "name": "Demo cluster (emulated GPUs)",
+                "description": "The demo cluster started by `make demo`: a real control plane, or the simulator without Go; its GPUs are emulated.",
                 "auth_method": Cluster.AuthMethod.KUBECONFIG,
                 "kubeconfig_path": kubeconfig,
                 "kubeconfig_context": "",
