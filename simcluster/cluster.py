@@ -290,7 +290,7 @@ class SimCluster(CrudOps, ListOps, PodOps, QuotaOps, ControllerOps):
     def _existing(self, rt: ResourceType, ns: str, name: str) -> Record:
         rec = self.store.get(rt.name, ns if rt.namespaced else "", name)
         if rec is None:
-            raise not_found(rt.name, name)
+            raise not_found(rt.name, name, rt.group)
         return rec
 
     def _after_write(

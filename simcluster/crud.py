@@ -10,6 +10,7 @@ from typing import Any
 from simcluster import (
     deletion,
     disruption,
+    fielderrors,
     fieldvalidation,
     kueue,
     kueue_types,
@@ -22,7 +23,7 @@ from simcluster.errors import ApiError, already_exists, conflict, not_found
 from simcluster.fleet import now_iso
 from simcluster.patch import APPLY, JSONPATCH, MERGE, STRATEGIC, apply_patch
 from simcluster.pods import initial_status, prepare_pod
-from simcluster.resources import ResourceType
+from simcluster.resources import BY_PATH, CUSTOM_RESOURCE_GROUPS, ResourceType
 from simcluster.ssa import force_forbidden, record_update, server_side_apply
 from simcluster.store import Record
 
@@ -109,7 +110,9 @@ class CrudOps:
                 self.authz.check_create_on_apply(rt.group, rt.name, ns, name)
             self._admit_create(rt, ns, body, bool(params.get("dryRun")))
             if self.store.get(rt.name, ns if rt.namespaced else "", name) is not None:
-                raise already_exists(rt.name, name)  # storage: after validation and admission
+                raise already_exists(
+                    rt.name, name, rt.group
+                )  # storage: after validation and admission
             if managed_fields is not None:
                 meta["managedFields"] = managed_fields
             elif owned is not None:
@@ -128,14 +131,42 @@ class CrudOps:
             return 201, rec.raw
 
     def _check_kind(self, rt: ResourceType, body: dict[str, Any]) -> None:
-        kind = body.get("kind")
-        if kind and kind != rt.kind:
-            raise ApiError(
-                400,
-                f"the API version in the data ({body.get('apiVersion')}) does not match the "
-                f"expected API version ({rt.api_version}) or kind {kind!r} is not {rt.kind!r}",
-                "BadRequest",
+        """The body's ``apiVersion``/``kind`` against the endpoint's, as the decoder words a
+        mismatch: a built-in type converts only into itself (``converting (v1.Secret) to
+        (core.ConfigMap): unknown conversion``; ``no kind "X" is registered for version
+        "v2"``; staging/src/k8s.io/apimachinery/pkg/runtime/scheme.go, converter.go,
+        apiserver handlers/create.go ``cannot be handled as``); a custom resource checks the
+        version and takes the kind from the path (apiextensions-apiserver
+        customresource_handler.go)."""
+        kind = body.get("kind") or rt.kind
+        api_version = body.get("apiVersion") or rt.api_version
+        if (api_version, kind) == (rt.api_version, rt.kind):
+            return
+        if rt.group in CUSTOM_RESOURCE_GROUPS:
+            if api_version != rt.api_version:
+                raise ApiError(
+                    400,
+                    f"the API version in the data ({api_version}) does not match the expected "
+                    f"API version ({rt.api_version})",
+                    "BadRequest",
+                )
+            body["kind"] = rt.kind  # the unstructured decoder takes the endpoint's kind
+            return
+        version = api_version.rpartition("/")[2]
+        known = any(r.api_version == api_version and r.kind == kind for r in BY_PATH.values())
+        if known:
+            internal = (rt.group.split(".")[0] if rt.group else "core") + "." + rt.kind
+            why = f"converting ({version}.{kind}) to ({internal}): unknown conversion"
+        else:
+            why = (
+                f'no kind "{kind}" is registered for version "{api_version}" in scheme '
+                '"pkg/runtime/scheme.go:111"'
             )
+        raise ApiError(
+            400,
+            f'{kind} in version "{version}" cannot be handled as a {rt.kind}: {why}',
+            "BadRequest",
+        )
 
     def _prepare_create(self, rt: ResourceType, obj: dict[str, Any]) -> None:
         if rt.name == "pods":
@@ -205,7 +236,7 @@ class CrudOps:
             rec = self._existing(rt, ns, name)
             rv = meta.get("resourceVersion")
             if rv and str(rv) != str(rec.rv):
-                raise conflict(rt.name, name)
+                raise conflict(rt.name, name, rt.group)
             stored_uid = rec.obj()["metadata"].get("uid") or ""
             if meta.get("uid") and meta["uid"] != stored_uid:  # PUT's UID precondition
                 raise validation.uid_precondition_failed(rt, ns, name, meta["uid"], stored_uid)
@@ -303,15 +334,20 @@ class CrudOps:
         manager: str,
     ) -> tuple[int, bytes]:
         ctype = ctype.split(";")[0].strip().lower()
-        if ctype == APPLY:
-            return self._apply(rt, ns, name, sub, raw, params)
-        if ctype not in (MERGE, STRATEGIC, JSONPATCH):
+        # the patch handler's first check (handlers/patch.go); a custom resource has no
+        # strategic merge (apiextensions-apiserver customresource_handler.go)
+        accepted = [JSONPATCH, MERGE, APPLY]
+        if rt.group not in CUSTOM_RESOURCE_GROUPS:
+            accepted.append(STRATEGIC)
+        if ctype not in accepted:
             raise ApiError(
                 415,
-                f"the body of the request was in an unknown format - accepted media types "
-                f"include: {JSONPATCH}, {MERGE}, {APPLY}, {STRATEGIC}",
+                "the body of the request was in an unknown format - accepted media types "
+                f"include: {', '.join(accepted)}",
                 "UnsupportedMediaType",
             )
+        if ctype == APPLY:
+            return self._apply(rt, ns, name, sub, raw, params)
         if "force" in params:  # ValidatePatchOptions (apimachinery meta/v1/validation)
             raise force_forbidden()
         mode = fieldvalidation.directive(params, "PatchOptions")
@@ -322,7 +358,7 @@ class CrudOps:
             new = apply_patch(rt, cur, raw, ctype, mode)
             prv = (new.get("metadata") or {}).get("resourceVersion")
             if prv and str(prv) != str(rec.rv):
-                raise conflict(rt.name, name)
+                raise conflict(rt.name, name, rt.group)
             return 200, self._commit(rt, ns, rec, new, sub, params, manager)
 
     def _apply(
@@ -335,12 +371,12 @@ class CrudOps:
         params: dict[str, str],
     ) -> tuple[int, bytes]:
         manager = params.get("fieldManager")
-        if not manager:
-            raise ApiError(
-                422,
-                'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is '
-                "required for apply patch",
-                "Invalid",
+        if not manager:  # ValidatePatchOptions (apimachinery/pkg/apis/meta/v1/validation)
+            raise fielderrors.invalid_error(
+                "PatchOptions",
+                "meta.k8s.io",
+                "",
+                [fielderrors.required("fieldManager", "is required for apply patch")],
             )
         force = params.get("force", "").lower() in ("true", "1")
         applied = _load_apply_body(raw)
@@ -348,12 +384,22 @@ class CrudOps:
             raise ApiError(
                 400, "invalid object type: apiVersion and kind must be set", "BadRequest"
             )
-        self._check_kind(rt, applied)
+        if (applied["apiVersion"], applied["kind"]) != (rt.api_version, rt.kind):
+            # the field manager's versionCheckManager (managedfields/internal/versioncheck.go)
+            group, _, version = str(applied["apiVersion"]).rpartition("/")
+            raise ApiError(
+                400, f"invalid object type: {group}/{version}, Kind={applied['kind']}", "BadRequest"
+            )
         fieldvalidation.directive(params, "PatchOptions")
         fieldvalidation.check_apply(rt, applied)  # undeclared fields -> 500, as smd does
         meta = applied.setdefault("metadata", {})
-        if meta.get("name") and meta["name"] != name:
-            raise ApiError(400, "the name of the object does not match the name on the URL")
+        if meta.get("name") and meta["name"] != name:  # handlers/rest.go checkName
+            raise ApiError(
+                400,
+                f"the name of the object ({meta['name']}) does not match the name on the URL "
+                f"({name})",
+                "BadRequest",
+            )
         meta["name"] = name
         if rt.namespaced:
             meta["namespace"] = ns
@@ -361,7 +407,7 @@ class CrudOps:
             rec = self.store.get(rt.name, ns if rt.namespaced else "", name)
             if rec is None:
                 if sub:
-                    raise not_found(rt.name, name)
+                    raise not_found(rt.name, name, rt.group)
                 body = server_side_apply(None, applied, manager, force, rt.name, name)
                 fieldvalidation.apply_strict(raw, params)  # duplicate YAML keys
                 managed = body["metadata"].get("managedFields") or []

@@ -36,7 +36,9 @@ if TYPE_CHECKING:
     from simcluster.cluster import SimCluster
 
 GRACEFUL = frozenset({"pods"})  # strategies implementing RESTGracefulDeleteStrategy
-RETURNS_OBJECT = frozenset({"pods", "namespaces", "services", "serviceaccounts"})
+# stores with ReturnDeletedObject (pkg/registry/core/{pod,namespace,service,serviceaccount,
+# resourcequota}/storage/storage.go)
+RETURNS_OBJECT = frozenset({"pods", "namespaces", "services", "serviceaccounts", "resourcequotas"})
 ORPHAN = "orphan"
 FOREGROUND = "foregroundDeletion"
 _PROPAGATION = ("Foreground", "Background", "Orphan")
@@ -266,7 +268,7 @@ def remove_now(cluster: SimCluster, rt: ResourceType, ns: str, name: str) -> dic
     key_ns = ns if rt.namespaced else ""
     rec = cluster.store.get(rt.name, key_ns, name)
     if rec is None:
-        raise not_found(rt.name, name)
+        raise not_found(rt.name, name, rt.group)
     last = rec.obj()
     cluster.store.remove(rt.name, key_ns, name)
     cluster._after_write(rt, ns, last, None)
@@ -323,10 +325,11 @@ def delete_collection(
 ) -> list[dict[str, Any]]:
     """``Store.DeleteCollection``: deletes each listed item with its own copy of the options;
     answers the items as they were listed."""
+    from simcluster.resources import conversion_name
     from simcluster.selectors import parse_field_selector, parse_label_selector
 
     lsel = parse_label_selector(params.get("labelSelector"))
-    fsel = parse_field_selector(params.get("fieldSelector"), rt.fields)
+    fsel = parse_field_selector(params.get("fieldSelector"), rt.fields, conversion_name(rt))
     opts = parse_options(body, params)
     store = cluster.store
     keys, lo, hi = store.key_range(rt.name, ns)

@@ -60,10 +60,33 @@ def status_body(
         "message": message,
         "reason": reason or REASONS.get(code, "InternalError"),
     }
-    if details:
+    if details is not None:  # a present StatusDetails, even empty, is sent as {}
         body["details"] = details
     body["code"] = code
     return body
+
+
+class NoSuchResource(ApiError):
+    """404 for a path under a served API root that names nothing: go-restful's not-found
+    handler answers ``errors.NewGenericServerResponse(404, ...)``, whose ``details`` is an
+    empty, present ``{}`` (``staging/src/k8s.io/apiserver/pkg/endpoints/handlers/
+    responsewriters/errors.go``, ``staging/src/k8s.io/apimachinery/pkg/api/errors/errors.go``)."""
+
+    def __init__(self) -> None:
+        super().__init__(404, "the server could not find the requested resource", "NotFound", {})
+
+
+class PageNotFound(ApiError):
+    """404 from the server's mux for a path no API serves (an unknown group, a custom
+    resource's group without that version or resource): Go's ``http.NotFound``, plain text
+    ``404 page not found`` (``staging/src/k8s.io/apiserver/pkg/server/mux/pathrecorder.go``,
+    ``staging/src/k8s.io/apiextensions-apiserver/pkg/apiserver/customresource_handler.go``)."""
+
+    BODY = b"404 page not found\n"
+    CONTENT_TYPE = "text/plain; charset=utf-8"
+
+    def __init__(self) -> None:
+        super().__init__(404, "404 page not found", "NotFound")
 
 
 def status_bytes(code: int, message: str, reason: str | None = None) -> bytes:
@@ -71,31 +94,38 @@ def status_bytes(code: int, message: str, reason: str | None = None) -> bytes:
     return json.dumps(status_body(code, message, reason), separators=(",", ":")).encode()
 
 
-def not_found(resource: str, name: str) -> ApiError:
-    """404 in the API server's wording: ``pods "x" not found``."""
-    return ApiError(
-        404, f'{resource} "{name}" not found', "NotFound", {"name": name, "kind": resource}
-    )
+def _qualified(resource: str, name: str, group: str) -> tuple[str, dict[str, Any]]:
+    """``schema.GroupResource.String()`` (``deployments.apps``) and the ``StatusDetails``
+    (``name``, ``group``, ``kind``) of ``errors.NewNotFound`` and its siblings
+    (``staging/src/k8s.io/apimachinery/pkg/api/errors/errors.go``)."""
+    details: dict[str, Any] = {"name": name}
+    if group:
+        details["group"] = group
+    details["kind"] = resource
+    return (f"{resource}.{group}" if group else resource), details
 
 
-def already_exists(resource: str, name: str) -> ApiError:
+def not_found(resource: str, name: str, group: str = "") -> ApiError:
+    """404 in the API server's wording: ``pods "x" not found``, ``deployments.apps "x" …``."""
+    qualified, details = _qualified(resource, name, group)
+    return ApiError(404, f'{qualified} "{name}" not found', "NotFound", details)
+
+
+def already_exists(resource: str, name: str, group: str = "") -> ApiError:
     """409 AlreadyExists for a create of an existing name."""
-    return ApiError(
-        409,
-        f'{resource} "{name}" already exists',
-        "AlreadyExists",
-        {"name": name, "kind": resource},
-    )
+    qualified, details = _qualified(resource, name, group)
+    return ApiError(409, f'{qualified} "{name}" already exists', "AlreadyExists", details)
 
 
-def conflict(resource: str, name: str) -> ApiError:
+def conflict(resource: str, name: str, group: str = "") -> ApiError:
     """409 Conflict for an update with a stale resourceVersion."""
+    qualified, details = _qualified(resource, name, group)
     return ApiError(
         409,
-        f'Operation cannot be fulfilled on {resource} "{name}": the object has been modified; '
+        f'Operation cannot be fulfilled on {qualified} "{name}": the object has been modified; '
         "please apply your changes to the latest version and try again",
         "Conflict",
-        {"name": name, "kind": resource},
+        details,
     )
 
 

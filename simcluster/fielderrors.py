@@ -1,16 +1,19 @@
 """Field errors and the 422 ``Invalid`` Status, as apimachinery builds them.
 
-Follows ``staging/src/k8s.io/apimachinery/pkg/util/validation/field/errors.go`` (v1.32):
-an error is (type, field path, bad value, detail); ``ErrorBody()`` renders the value the
-way Go's ``fmt`` does for the value's Go type (``%q`` for strings, ``%v`` for numbers and
-booleans, ``%#v`` for structs, slices and maps, ``String()`` for ``fmt.Stringer`` values).
+Follows ``staging/src/k8s.io/apimachinery/pkg/util/validation/field/errors.go`` (v0.36):
+an error is (type, field path, bad value, detail); ``ErrorBody()`` renders the value by its
+Go type: ``%v`` for int64, int32, float and bool, ``%q`` for a string, and anything else as
+``json.Marshal`` writes it (a Quantity ``"500m"``, an IntOrString ``1`` or ``"50%"``, an
+internal struct ``{"Key":"k","Value":"",...}`` with its Go field names, a nil ``null``), or,
+when it cannot be marshalled, ``String()`` and then ``%#v``.
 ``apimachinery/pkg/api/errors/errors.go`` ``NewInvalid`` turns a list into one 422 with
 ``details.causes`` and the message ``<Kind>[.<group>] "<name>" is invalid: <aggregate>``
 where the aggregate (``util/errors`` ``aggregate.Error``) is the one message, or
 ``[m1, m2]`` for several distinct ones.
 
 The validators pass Python values; where the real code passes a Go struct, slice or map,
-they wrap it in :class:`GoValue` so the message shows what ``%#v`` would print.
+they wrap it in :class:`GoValue`, which knows its JSON (:meth:`GoValue.json`) and its
+``%#v`` (:meth:`GoValue.sharp`, still used where Go formats values itself).
 """
 
 from __future__ import annotations
@@ -87,7 +90,7 @@ def go_quote(s: str) -> str:
 
 
 class GoValue:
-    """A value whose Go type matters for rendering (``%#v``, or ``String()``)."""
+    """A value whose Go type matters for rendering (JSON, ``%#v``, or ``String()``)."""
 
     stringer = False
 
@@ -98,6 +101,58 @@ class GoValue:
     def string(self) -> str:
         """``String()`` for values that implement ``fmt.Stringer``."""
         return self.sharp()
+
+    def json(self) -> str:
+        """What ``json.Marshal(v)`` writes; NotImplementedError where it would fail."""
+        raise NotImplementedError
+
+
+def go_json(value: Any) -> str:
+    """``json.Marshal`` of a value (maps with sorted keys, HTML characters escaped)."""
+    if isinstance(value, GoValue):
+        return value.json()
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return _go_json_float(value)
+    if isinstance(value, str):
+        return _json_string(value)
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(go_json(v) for v in value) + "]"
+    if isinstance(value, dict):
+        items = sorted((str(k), v) for k, v in value.items())
+        return "{" + ",".join(f"{_json_string(k)}:{go_json(v)}" for k, v in items) + "}"
+    return _json_string(str(value))
+
+
+def _json_string(s: str) -> str:
+    """encoding/json ``appendString`` with HTML escaping (``<``, ``>``, ``&``, U+2028/9)."""
+    import json
+
+    out = json.dumps(s, ensure_ascii=False)
+    for ch, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
+                    ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):  # fmt: skip
+        out = out.replace(ch, esc)
+    return out
+
+
+def _go_json_float(f: float) -> str:
+    """encoding/json ``floatEncoder``: 'f' format, 'e' below 1e-6 or from 1e21."""
+    from decimal import Decimal
+
+    a = abs(f)
+    if a != 0 and (a < 1e-6 or a >= 1e21):
+        mant, _, exp = (repr(f) if "e" in repr(f) else f"{f:e}").partition("e")
+        sign, digits = (exp[0], exp[1:]) if exp[0] in "+-" else ("+", exp)
+        digits = digits.lstrip("0") or "0"
+        return f"{mant}e{'-' if sign == '-' else '+'}{digits}"
+    if f == int(f):
+        return str(int(f))
+    return format(Decimal(repr(f)), "f")
 
 
 def sharp(value: Any) -> str:
@@ -128,19 +183,44 @@ class GoStruct(GoValue):
         inner = ", ".join(f"{k}:{sharp(v)}" for k, v in self.fields)
         return f"{self.type_name}{{{inner}}}"
 
+    def json(self) -> str:
+        if self.type_name == "intstr.IntOrString":  # MarshalJSON: the int or the string
+            values = dict(self.fields)
+            return go_json(values["StrVal"] if values.get("Type") == 1 else values["IntVal"])
+        tags = JSON_TAGS.get(self.type_name)
+        parts = []
+        for name, value in self.fields:
+            if tags is None:  # an internal type: no json tags, every field by its Go name
+                parts.append(f"{_json_string(name)}:{go_json(value)}")
+                continue
+            key, omitempty = tags[name]
+            if omitempty and _json_empty(value):
+                continue
+            parts.append(f"{_json_string(key)}:{go_json(value)}")
+        return "{" + ",".join(parts) + "}"
+
 
 @dataclass(frozen=True)
 class GoPtr(GoValue):
-    """A pointer field inside a struct: ``(*T)(nil)`` or ``(*T)(0xc...)``."""
+    """A pointer field inside a struct: ``(*T)(nil)`` or ``(*T)(0xc...)``; ``value`` is
+    what it points to (for JSON)."""
 
     type_name: str
     is_nil: bool
+    value: Any = None
 
     def sharp(self) -> str:
         if self.is_nil:
             return f"(*{self.type_name})(nil)"
         # Go prints the address; any heap address looks like this one.
         return f"(*{self.type_name})(0xc000a1c2d0)"
+
+    def json(self) -> str:
+        if self.is_nil:
+            return "null"
+        if self.value is None:  # the pointee is not known here: Go's %#v instead
+            raise NotImplementedError
+        return go_json(self.value)
 
 
 @dataclass(frozen=True)
@@ -155,6 +235,9 @@ class GoSlice(GoValue):
             return f"{self.type_name}(nil)"
         return f"{self.type_name}{{{', '.join(_elem(v) for v in self.items)}}}"
 
+    def json(self) -> str:
+        return "null" if self.items is None else go_json(list(self.items))
+
 
 @dataclass(frozen=True)
 class GoMap(GoValue):
@@ -168,6 +251,41 @@ class GoMap(GoValue):
             return f"{self.type_name}(nil)"
         inner = ", ".join(f"{go_quote(k)}:{_elem(v)}" for k, v in sorted(self.items))
         return f"{self.type_name}{{{inner}}}"
+
+    def json(self) -> str:
+        return "null" if self.items is None else go_json(dict(self.items))
+
+
+# The external (tagged) structs that appear in bad values: Go field -> (json name, omitempty)
+# (staging/src/k8s.io/apimachinery/pkg/apis/meta/v1/types.go).
+JSON_TAGS: dict[str, dict[str, tuple[str, bool]]] = {
+    "v1.LabelSelector": {
+        "MatchLabels": ("matchLabels", True),
+        "MatchExpressions": ("matchExpressions", True),
+    },
+    "v1.LabelSelectorRequirement": {
+        "Key": ("key", False),
+        "Operator": ("operator", False),
+        "Values": ("values", True),
+    },
+    "v1.OwnerReference": {
+        "APIVersion": ("apiVersion", False),
+        "Kind": ("kind", False),
+        "Name": ("name", False),
+        "UID": ("uid", False),
+        "Controller": ("controller", True),
+        "BlockOwnerDeletion": ("blockOwnerDeletion", True),
+    },
+}
+
+
+def _json_empty(value: Any) -> bool:
+    """encoding/json's ``isEmptyValue`` for omitempty."""
+    if isinstance(value, GoPtr):
+        return value.is_nil
+    if isinstance(value, GoSlice | GoMap):
+        return not value.items
+    return value in (None, "", 0, False) or value == [] or value == {}
 
 
 def _elem(v: Any) -> str:
@@ -203,9 +321,7 @@ class FieldError:
             s = text
         else:
             v = self.bad_value
-            if v is None:
-                s = f"{text}: {go_quote('null')}"
-            elif isinstance(v, bool):
+            if isinstance(v, bool):
                 s = f"{text}: {'true' if v else 'false'}"
             elif isinstance(v, int):
                 s = f"{text}: {v}"
@@ -213,10 +329,11 @@ class FieldError:
                 s = f"{text}: {_go_float(v)}"
             elif isinstance(v, str):
                 s = f"{text}: {go_quote(v)}"
-            elif isinstance(v, GoValue):
-                s = f"{text}: {v.string() if v.stringer else v.sharp()}"
-            else:
-                s = f"{text}: {sharp(v)}"
+            else:  # json.Marshal, else String(), else %#v
+                try:
+                    s = f"{text}: {go_json(v)}"
+                except NotImplementedError:
+                    s = f"{text}: {v.string() if v.stringer else v.sharp()}"
         if self.detail:
             s += f": {self.detail}"
         return s
@@ -292,10 +409,13 @@ def invalid_error(kind: str, group: str, name: str, errs: Sequence[FieldError]) 
         message = f"{qualified} {go_quote(name)} is invalid: {aggregate_message(errs)}"
     else:
         message = f"{qualified} {go_quote(name)} is invalid"
-    details: dict[str, Any] = {"name": name}
+    details: dict[str, Any] = {}  # StatusDetails: name, group and kind are omitempty
+    if name:
+        details["name"] = name
     if group:
         details["group"] = group
-    details["kind"] = kind
+    if kind:
+        details["kind"] = kind
     details["causes"] = causes
     return ApiError(422, message, "Invalid", details)
 

@@ -49,11 +49,14 @@ MUTATED = frozenset({"pods", "jobs", "clusterqueues", "resourceflavors"})
 UNMANAGED_NAMESPACES = ("kube-system", "kueue-system")  # managedJobsNamespaceSelector default
 TERMINAL = ("Succeeded", "Failed")
 
-validation.register("clusterqueues", kv.cluster_queue, kv.cluster_queue_update)
-validation.register("localqueues", kv.local_queue, kv.local_queue_update)
-validation.register("resourceflavors", kv.resource_flavor, kv.resource_flavor_update)
-validation.register("cohorts", kv.cohort, kv.cohort_update)
-validation.register("workloads", kv.workload, kv.workload_update)
+for _resource, _create, _update in (
+    ("clusterqueues", kv.cluster_queue, kv.cluster_queue_update),
+    ("localqueues", kv.local_queue, kv.local_queue_update),
+    ("resourceflavors", kv.resource_flavor, kv.resource_flavor_update),
+    ("cohorts", kv.cohort, kv.cohort_update),
+    ("workloads", kv.workload, kv.workload_update),
+):  # schema errors, then the CEL rules unless a schema error blocks them
+    validation.register(_resource, kv.gated(_create), kv.gated(_update))
 
 
 def _d(v: Any) -> dict[str, Any]:
@@ -81,6 +84,11 @@ def mutate_create(cluster: Any, rt: ResourceType, ns: str, body: dict[str, Any])
         fins = meta.setdefault("finalizers", [])
         if RESOURCE_IN_USE not in fins:
             fins.append(RESOURCE_IN_USE)
+        if rt.name == "resourceflavors":
+            # the webhook's patch is the typed object's JSON: a ResourceFlavorSpec struct is
+            # never omitted (apis/kueue/v1beta2/resourceflavor_types.go, controller-runtime
+            # admission.PatchResponseFromRaw)
+            body.setdefault("spec", {})
         return
     if ns in UNMANAGED_NAMESPACES:
         return

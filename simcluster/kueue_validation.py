@@ -9,6 +9,12 @@ patterns, min/max items, ``x-kubernetes-validations``), ``pkg/webhooks/clusterqu
 (``validateResourceName``); kubernetes ``staging/src/k8s.io/apiextensions-apiserver/pkg/
 apiserver/schema/cel`` (a CEL failure is ``<path>: Invalid value: "object": <message>``) and
 ``.../schema/validation`` (``in body should match '<pattern>'``).
+
+CEL failures follow apiextensions-apiserver v0.36 ``pkg/apiserver/schema/cel/validation.go``:
+an object or array field's value is left out (``spec: Invalid value: <message>``), a scalar's
+is its value; and ``pkg/registry/customresource/strategy.go`` (``hasBlockingErr``) skips every
+CEL rule when the schema found an unsupported, required, too long, too many or wrongly typed
+value, adding ``<nil>: Invalid value: null: some validation rules were not checked …``.
 """
 
 from __future__ import annotations
@@ -18,7 +24,13 @@ from typing import Any
 
 from simcluster.errors import ApiError
 from simcluster.fielderrors import (
+    NOT_SUPPORTED,
+    OMIT,
+    REQUIRED,
+    TOO_LONG,
+    TOO_MANY,
     FieldError,
+    GoValue,
     aggregate_message,
     duplicate,
     invalid,
@@ -61,8 +73,48 @@ def _l(v: Any) -> list[Any]:
     return v if isinstance(v, list) else []
 
 
-def _cel(path: str, message: str, typ: str = "object") -> FieldError:
-    return invalid(path, typ, message)
+class CelError(FieldError):
+    """A failed ``x-kubernetes-validations`` rule (skipped after a blocking schema error)."""
+
+
+def _cel(path: str, message: str, value: Any = OMIT) -> FieldError:
+    """A CEL rule's error: the value of a scalar field, none for an object or array."""
+    return CelError(INVALID_TYPE, path, value, message)
+
+
+class _GoNil(GoValue):
+    """A nil ``BadValue``: ``json.Marshal`` prints ``null``."""
+
+    def sharp(self) -> str:
+        return "null"
+
+
+INVALID_TYPE = invalid("", "", "").type
+# hasBlockingErr: NotSupported, Required, TooLong, TooMany, TypeInvalid
+_BLOCKING = frozenset({NOT_SUPPORTED, REQUIRED, TOO_LONG, TOO_MANY})
+_NOT_CHECKED = (
+    "some validation rules were not checked because the object was invalid; correct the "
+    "existing errors to complete validation"
+)
+
+
+def _gate(errs: list[FieldError]) -> list[FieldError]:
+    """Drop the CEL errors after a blocking schema error, noting that they were skipped."""
+    schema = [e for e in errs if not isinstance(e, CelError)]
+    if any(e.type in _BLOCKING for e in schema):
+        return [*schema, invalid("<nil>", _GoNil(), _NOT_CHECKED)]
+    return errs
+
+
+def gated(fn):
+    """The structural schema's errors then its CEL rules', as the CRD strategy runs them."""
+
+    def validate(*args: Any) -> list[FieldError]:
+        return _gate(fn(*args))
+
+    validate.__name__ = fn.__name__
+    validate.__doc__ = fn.__doc__
+    return validate
 
 
 def _pattern(path: str, value: Any, pattern: str) -> list[FieldError]:
@@ -212,7 +264,7 @@ def local_queue_update(new: dict[str, Any], old: dict[str, Any], q: Any = None) 
     # CEL ``self == oldSelf`` on spec.clusterQueue (a transition rule: both set)
     a, b = _d(new.get("spec")).get("clusterQueue"), _d(old.get("spec")).get("clusterQueue")
     if a is not None and b is not None and a != b:
-        errs.append(_cel("spec.clusterQueue", "field is immutable", "string"))
+        errs.append(_cel("spec.clusterQueue", "field is immutable", a))
     return errs
 
 
@@ -233,7 +285,6 @@ def resource_flavor(obj: dict[str, Any], _qty: Any = None) -> list[FieldError]:
             _cel(
                 "spec.nodeTaints",
                 "supported taint effect values: 'NoSchedule', 'PreferNoSchedule', 'NoExecute'",
-                "array",
             )
         )
     tols = [_d(t) for t in _l(spec.get("tolerations"))]
@@ -263,7 +314,7 @@ def resource_flavor(obj: dict[str, Any], _qty: Any = None) -> list[FieldError]:
     )
     for ok, msg in rules:
         if not all(ok(t) for t in tols):
-            errs.append(_cel("spec.tolerations", msg, "array"))
+            errs.append(_cel("spec.tolerations", msg))
     if "topologyName" in spec and not labels:
         errs.append(_cel("spec", "at least one nodeLabel is required when topology is set"))
     return errs

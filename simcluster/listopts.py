@@ -31,6 +31,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from simcluster import gofmt
 from simcluster.errors import ApiError
 from simcluster.fielderrors import FieldError, forbidden, go_quote, invalid_error, not_supported
 
@@ -314,8 +315,15 @@ def _go_unmarshal(data: bytes) -> dict[str, Any]:
     text = data.decode("utf-8", "replace")
     try:
         obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise _TokenError(f"{_INVALID_KEY}: {_go_syntax_error(exc, text)}") from None
+    except json.JSONDecodeError:
+        # Go's scanner reads bytes: the character it names is the byte as a rune
+        # (encoding/json scanner.go ``quoteChar(c byte)``), so positions are bytes too.
+        latin = data.decode("latin-1")
+        try:
+            json.loads(latin)
+        except json.JSONDecodeError as exc:
+            raise _TokenError(f"{_INVALID_KEY}: {_go_syntax_error(exc, latin)}") from None
+        raise _TokenError(f"{_INVALID_KEY}: invalid character") from None
     if not isinstance(obj, dict):
         kind = "number" if isinstance(obj, int | float) else _JSON_KIND.get(type(obj), "")
         if obj is None:
@@ -364,7 +372,7 @@ def _go_syntax_error(exc: json.JSONDecodeError, text: str) -> str:
     if exc.pos >= len(text.rstrip()):
         return "unexpected end of JSON input"
     ch = text[exc.pos]
-    shown = "'\\''" if ch == "'" else (f"'{ch}'" if ch.isprintable() else f"'\\x{ord(ch):02x}'")
+    shown = "'\\''" if ch == "'" else "'" + gofmt.quote(ch)[1:-1].replace('\\"', '"') + "'"
     context = _SYNTAX_CONTEXT.get(exc.msg, "looking for beginning of value")
     return f"invalid character {shown} {context}"
 

@@ -49,7 +49,7 @@ from simcluster.listopts import (
     rv_error,
     too_large,
 )
-from simcluster.resources import ResourceType
+from simcluster.resources import ResourceType, conversion_name
 from simcluster.selectors import parse_field_selector, parse_label_selector
 from simcluster.store import Key, Record, order_key
 
@@ -68,7 +68,7 @@ class ListOps:
         """One list page as the API server answers it (see the module docstring)."""
         opts = parse_options(params, watch=False)
         lsel = parse_label_selector(params.get("labelSelector"))
-        fsel = parse_field_selector(params.get("fieldSelector"), rt.fields)
+        fsel = parse_field_selector(params.get("fieldSelector"), rt.fields, conversion_name(rt))
         if _from_etcd(opts):
             items, meta = self._list_etcd(rt, ns, opts, lsel, fsel, path)
         else:
@@ -95,8 +95,9 @@ class ListOps:
         self, rt: ResourceType, ns: str | None, opts: ListOptions, lsel: Any, fsel: Any
     ) -> tuple[list[bytes], dict[str, Any]]:
         err = rv_error(opts.resource_version)
-        if err:  # cacher.GetList returns the versioner's error as is: a 500 without reason
-            raise internal(err)
+        if err:  # the delegator's storage.ValidateListOptions comes first (v0.36
+            # staging/src/k8s.io/apiserver/pkg/storage/cacher/delegator.go, interfaces.go)
+            raise bad_request(f"invalid resource version: {err}")
         s = self.store
         with s.lock:
             if opts.resource_version == "":

@@ -15,8 +15,9 @@ matches -> ``Cache-Control: public, immutable`` + ``Expires``, a stale hash -> 3
 current one, an Accept it cannot serve -> 406), kube-aggregator
 ``pkg/controllers/openapiv3/aggregator/aggregator.go`` for the ``/openapi/v3`` discovery
 (``http.ServeContent`` without a type: sniffed ``text/plain; charset=utf-8``; unknown
-group-version -> 404) and ``pkg/handler/handler.go`` for ``/openapi/v2`` (a JSON-only
-server: protobuf-only ``Accept`` -> 406; kubectl then falls back to its compiled-in types).
+group-version -> 404) and ``pkg/handler/handler.go`` for ``/openapi/v2`` (JSON, or
+gnostic's protobuf of the same document, :mod:`simcluster.openapi_proto`, chosen from
+``Accept`` as goautoneg sorts it; one ETag for both, ``Vary: Accept``; anything else -> 406).
 Both documents reflect exactly the resources :mod:`simcluster.resources` serves.
 """
 
@@ -127,6 +128,70 @@ def v2_document() -> bytes:
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
+@cache
+def v2_protobuf() -> bytes:
+    """The swagger document as ``openapi.v2.Document`` protobuf (kube-openapi ``ToProtoBinary``)."""
+    from simcluster.openapi_proto import encode
+
+    return encode(json.loads(v2_document()))
+
+
+# kube-openapi pkg/handler/handler.go RegisterOpenAPIVersionedService: (type, subtype) that
+# an Accept clause must name, and the Content-Type answered.
+_V2_FORMATS = (
+    ("application", "json", "application/json"),
+    ("application", "com.github.proto-openapi.spec.v2@v1.0+protobuf", "protobuf"),
+    ("application", "com.github.proto-openapi.spec.v2.v1.0+protobuf", "protobuf"),
+)
+
+
+def parse_accept(header: str) -> list[tuple[str, str, float]]:
+    """github.com/munnerz/goautoneg ``ParseAccept``: (type, subtype, q) clauses, sorted as
+    its ``sort.Sort`` sorts a short slice (an insertion sort with its ``Less``)."""
+    clauses: list[tuple[str, str, float]] = []
+    for part in header.split(","):
+        part = part.strip(" ")
+        if not part:
+            continue
+        media, _, params = part.partition(";")
+        typ, slash, sub = media.partition("/")
+        typ = typ.strip(" ")
+        if not slash:
+            if typ != "*":
+                continue
+            sub = "*"
+        elif "/" in sub:
+            continue
+        q = 1.0
+        for param in params.split(";") if params else []:
+            name, eq, value = param.partition("=")
+            if eq and "=" not in value and name.strip(" ") == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        clauses.append((typ, sub.strip(" "), q))
+
+    def less(a: tuple[str, str, float], b: tuple[str, str, float]) -> bool:
+        return a[2] > b[2] or (a[0] != "*" and b[0] == "*") or (a[1] != "*" and b[1] == "*")
+
+    for i in range(1, len(clauses)):
+        j = i
+        while j > 0 and less(clauses[j], clauses[j - 1]):
+            clauses[j], clauses[j - 1] = clauses[j - 1], clauses[j]
+            j -= 1
+    return clauses
+
+
+def _v2_format(accept: str) -> str:
+    """``application/json``, ``protobuf`` or "" (406) for an Accept header."""
+    for typ, sub, _q in parse_accept(accept or "*/*"):
+        for want_type, want_sub, answer in _V2_FORMATS:
+            if typ in (want_type, "*") and sub in (want_sub, "*"):
+                return answer
+    return ""
+
+
 def etag(data: bytes) -> str:
     """kube-openapi's ``computeETag``: upper-case hex SHA-512."""
     return hashlib.sha512(data).hexdigest().upper()
@@ -182,11 +247,7 @@ def serve(path: str, query: dict[str, str], headers: Any) -> tuple[int, dict[str
     accept = headers.get("Accept") or "*/*"
     modified = http_date(_STARTED)
     if path == "/openapi/v2":
-        base = {"Vary": "Accept"}
-        if not _accepts(accept, "json"):
-            return 406, base, b""
-        data = v2_document()
-        return _content(data, headers, {**base, "Content-Type": "application/json"}, modified)
+        return _gzipped(_serve_v2(headers), headers)
     if path == "/openapi/v3":
         data = v3_discovery()
         hdrs = {"Content-Type": "text/plain; charset=utf-8"}
@@ -214,16 +275,70 @@ def serve(path: str, query: dict[str, str], headers: Any) -> tuple[int, dict[str
     return 404, {}, b""
 
 
+def _serve_v2(headers: Any) -> tuple[int, dict[str, Any], bytes]:
+    from simcluster.openapi_proto import MEDIA_TYPE
+
+    base: dict[str, Any] = {"Vary": ["Accept-Encoding", "Accept"]}  # gziphandler's first
+    answer = _v2_format(headers.get("Accept") or "")
+    if not answer:
+        return 406, base, b""
+    modified = http_date(_STARTED)
+    if answer == "protobuf":  # the JSON's ETag: "we can re-use the same etag ... Vary"
+        hdrs = {**base, "Content-Type": MEDIA_TYPE, "Etag": f'"{etag(v2_document())}"'}
+        return _content(v2_protobuf(), headers, hdrs, modified)
+    return _content(v2_document(), headers, {**base, "Content-Type": "application/json"}, modified)
+
+
+_GZIP_MIN_SIZE = 1400  # github.com/NYTimes/gziphandler DefaultMinSize
+
+
+def _accepts_gzip(header: str) -> bool:
+    """gziphandler ``acceptsGzip``: ``gzip`` listed in Accept-Encoding with q > 0."""
+    for part in (header or "").split(","):
+        coding, _, params = part.strip().partition(";")
+        if coding.strip() != "gzip":
+            continue
+        q = 1.0
+        name, _, value = params.strip().partition("=")
+        if name.strip() == "q":
+            try:
+                q = float(value)
+            except ValueError:
+                q = 0.0
+        return q > 0
+    return False
+
+
+@cache
+def _gzip(data: bytes) -> bytes:
+    import gzip
+
+    return gzip.compress(data, compresslevel=6, mtime=0)
+
+
+def _gzipped(
+    answer: tuple[int, dict[str, Any], bytes], req: Any
+) -> tuple[int, dict[str, Any], bytes]:
+    """kube-openapi wraps the v2 handler in ``gziphandler.GzipHandler``: ``Vary:
+    Accept-Encoding`` always, a body of 1400 bytes or more gzipped when the client takes it."""
+    code, hdrs, body = answer
+    if len(body) >= _GZIP_MIN_SIZE and _accepts_gzip(req.get("Accept-Encoding", "")):
+        return code, {**hdrs, "Content-Encoding": "gzip"}, _gzip(body)
+    return answer
+
+
 def _content(
-    data: bytes, req: Any, hdrs: dict[str, str], modified: str, tag: bool = True
-) -> tuple[int, dict[str, str], bytes]:
-    """``http.ServeContent``: Etag / If-None-Match -> 304, Last-Modified, Accept-Ranges."""
+    data: bytes, req: Any, hdrs: dict[str, Any], modified: str, tag: bool = True
+) -> tuple[int, dict[str, Any], bytes]:
+    """``http.ServeContent``: Etag / If-None-Match -> 304 (``writeNotModified``: no
+    Content-Type, no Last-Modified when there is an Etag), Last-Modified, Accept-Ranges."""
     out = dict(hdrs)
     out["Last-Modified"] = modified
-    out["Accept-Ranges"] = "bytes"
     if tag:
-        out["Etag"] = f'"{etag(data)}"'
+        out.setdefault("Etag", f'"{etag(data)}"')
         inm = req.get("If-None-Match")
         if inm and (inm.strip() == "*" or out["Etag"] in [t.strip() for t in inm.split(",")]):
-            return 304, {k: v for k, v in out.items() if k != "Content-Type"}, b""
+            drop = ("Content-Type", "Last-Modified")
+            return 304, {k: v for k, v in out.items() if k not in drop}, b""
+    out["Accept-Ranges"] = "bytes"
     return 200, out, data

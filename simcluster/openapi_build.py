@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from simcluster import schema
-from simcluster.resources import ResourceType
+from simcluster.resources import CUSTOM_RESOURCE_GROUPS, ResourceType
 from simcluster.schema import Definition, Field, Type
 
 META = "io.k8s.apimachinery.pkg.apis.meta.v1"
@@ -302,7 +302,12 @@ class Builder:
         lst = self.ref(lst_def.name) if lst_def is not None else None
         status = self.ref(f"{META}.Status")
         delete_opts = (self.ref(f"{META}.DeleteOptions"), ("*/*",))
-        patch_body = (self.ref(f"{META}.Patch"), _PATCH_TYPES)
+        # a custom resource takes no strategic merge patch (the real CRD documents list
+        # json-patch, merge-patch and apply-patch only), so kubectl apply merges instead
+        patch_types = _PATCH_TYPES
+        if rt.group in CUSTOM_RESOURCE_GROUPS:
+            patch_types = tuple(t for t in _PATCH_TYPES if "strategic" not in t)
+        patch_body = (self.ref(f"{META}.Patch"), patch_types)
         verbs = set(rt.verbs)
         paths: dict[str, Any] = {}
         path_params = [self.param("namespace", "path")] if rt.namespaced else []

@@ -275,6 +275,17 @@ RESOURCES: tuple[ResourceType, ...] = (
         has_status=True,
     ),
 )
+# Groups served by apiextensions' custom resource handler (CRDs): a version or resource it
+# does not serve falls through to the mux's plain 404, bodies decode as unstructured.
+CUSTOM_RESOURCE_GROUPS = frozenset({_KUEUE, "nvidia.com"})
+
+
+def conversion_name(rt: ResourceType) -> str:
+    """The resource whose field label conversion words a field selector's errors ("" for a
+    custom resource, whose handler has its own)."""
+    return "" if rt.group in CUSTOM_RESOURCE_GROUPS else rt.name
+
+
 # served by simcluster/reviews.py: POST only, never stored
 REVIEWS = frozenset({"selfsubjectreviews", "selfsubjectaccessreviews", "selfsubjectrulesreviews"})
 

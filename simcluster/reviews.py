@@ -48,11 +48,15 @@ def _check_kind(body: Any, api_version: str, kind: str) -> dict[str, Any]:
 
 
 def _field_value(value: Any) -> str:
-    """How ``field.Invalid`` prints a value (``"null"`` for a nil pointer)."""
+    """How ``field.Invalid`` prints a value: JSON of the internal type (its Go field names,
+    ``authorization.NonResourceAttributes{Path, Verb}``), ``null`` for a nil pointer
+    (apimachinery v0.36 ``field.Error.ErrorBody``)."""
     if value is None:
-        return '"null"'
+        return "null"
     if isinstance(value, str):
         return json.dumps(value)
+    if isinstance(value, dict) and set(value) <= {"path", "verb"}:
+        value = {"Path": value.get("path") or "", "Verb": value.get("verb") or ""}
     return json.dumps(value, separators=(",", ":"))
 
 
@@ -127,7 +131,7 @@ def self_subject_access_review(cluster: SimCluster, user: User, body: Any) -> di
     return {
         "kind": "SelfSubjectAccessReview",
         "apiVersion": AUTHZ,
-        "metadata": {"creationTimestamp": None},
+        "metadata": {},  # the create handler's field manager fills it (server.py)
         "spec": spec,
         "status": status,
     }
@@ -162,7 +166,7 @@ def self_subject_rules_review(cluster: SimCluster, user: User, body: Any) -> dic
     return {
         "kind": "SelfSubjectRulesReview",
         "apiVersion": AUTHZ,
-        "metadata": {"creationTimestamp": None},
+        "metadata": {},  # a new object: zero creationTimestamp is omitted (omitzero, v1.33+)
         "spec": {},
         "status": status,
     }
@@ -184,6 +188,23 @@ def self_subject_review(cluster: SimCluster, user: User, body: Any) -> dict[str,
         "metadata": {"creationTimestamp": auth.rfc3339(auth.clock())},
         "status": {"userInfo": info},
     }
+
+
+def with_managed_fields(request: dict[str, Any], answer: dict[str, Any], manager: str) -> None:
+    """A SelfSubjectAccessReview answers with the request's own metadata, which the create
+    handler's field manager has filled: an ``Update`` entry of ``manager`` for the fields
+    sent (pkg/registry/authorization/selfsubjectaccessreview/rest.go returns the request
+    object; staging/src/k8s.io/apiserver/pkg/endpoints/handlers/create.go)."""
+    from simcluster.ssa import record_update
+
+    sent = {
+        "apiVersion": AUTHZ,
+        "kind": "SelfSubjectAccessReview",
+        "metadata": {},
+        "spec": request.get("spec") or {},
+    }
+    record_update(None, sent, manager)
+    answer["metadata"] = sent["metadata"]
 
 
 HANDLERS = {

@@ -17,13 +17,14 @@ from urllib.parse import parse_qsl, urlsplit
 
 from simcluster import context, fieldvalidation, openapi, protobuf, reviews, watchcache
 from simcluster.auth import impersonate, token_request, unauthorized
-from simcluster.errors import ApiError
+from simcluster.errors import ApiError, NoSuchResource, PageNotFound
 from simcluster.faults import Faults
 from simcluster.patch import load_body
 from simcluster.rbac import forbidden
 from simcluster.requestinfo import parse as parse_request
 from simcluster.resources import (
     BY_PATH,
+    CUSTOM_RESOURCE_GROUPS,
     GROUP_VERSIONS,
     REVIEWS,
     ResourceType,
@@ -49,6 +50,17 @@ VERSION = {
     "compiler": "gc",
     "platform": "linux/amd64",
 }
+
+
+def _no_such(group_version: str) -> ApiError:
+    """The 404 for ``/api/<gv>/...`` or ``/apis/<group>/<version>/...`` naming nothing:
+    go-restful's Status under a built-in group, the mux's text for an unknown group or a
+    custom resource group."""
+    group = group_version.rpartition("/")[0]
+    builtin = {rt.group for rts in GROUP_VERSIONS.values() for rt in rts} - CUSTOM_RESOURCE_GROUPS
+    if "/" not in group_version or group in builtin:
+        return NoSuchResource()
+    return PageNotFound()
 
 
 def _dumps(obj: Any) -> bytes:
@@ -157,18 +169,23 @@ class Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
-    def _send_openapi(self, code: int, headers: dict[str, str], body: bytes) -> None:
-        """An OpenAPI answer with the handler's own caching headers (openapi.py)."""
+    def _send_openapi(self, code: int, headers: dict[str, Any], body: bytes) -> None:
+        """An OpenAPI answer with the handler's own caching headers (openapi.py); a list
+        value is one header line per item (``Vary: Accept-Encoding``, ``Vary: Accept``)."""
         self.send_response(code)
         headers = {"Cache-Control": "no-cache, private", **headers}
         for k, v in headers.items():
-            self.send_header(k, v)
+            for item in v if isinstance(v, list) else [v]:
+                self.send_header(k, item)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         if self.command != "HEAD" and code not in (304,):
             self.wfile.write(body)
 
     def _send_error(self, err: ApiError) -> None:
+        if isinstance(err, PageNotFound):
+            self._send(404, err.BODY, err.CONTENT_TYPE)
+            return
         retry = int((err.details or {}).get("retryAfterSeconds") or 0)
         self._send(err.code, _dumps(err.status()), retry_after=retry)
 
@@ -333,10 +350,12 @@ class Handler(BaseHTTPRequestHandler):
         elif parts[0] == "apis" and len(parts) == 2:
             self._group(parts[1])
             return
+        elif parts[0] == "version":
+            raise NoSuchResource()
         else:
-            raise ApiError(404, "the server could not find the requested resource", "NotFound")
+            raise PageNotFound()
         if gv not in GROUP_VERSIONS:
-            raise ApiError(404, "the server could not find the requested resource", "NotFound")
+            raise _no_such(gv)
         if not rest:
             self._send(200, _dumps(api_resource_list(gv)))
             return
@@ -346,7 +365,7 @@ class Handler(BaseHTTPRequestHandler):
         if legacy_watch:
             rest = rest[1:]
             if not rest:
-                raise ApiError(404, "the server could not find the requested resource", "NotFound")
+                raise NoSuchResource()
         ns: str | None = None
         if len(rest) >= 3 and rest[0] == "namespaces":
             cand = BY_PATH.get((gv, rest[2]))
@@ -354,16 +373,16 @@ class Handler(BaseHTTPRequestHandler):
                 ns, rest = rest[1], rest[2:]
         rt = BY_PATH.get((gv, rest[0]))
         if rt is None or len(rest) > 3:
-            raise ApiError(404, "the server could not find the requested resource", "NotFound")
+            raise _no_such(gv)
         name = rest[1] if len(rest) > 1 else None
         sub = rest[2] if len(rest) > 2 else ""
         if sub and sub not in rt.subresources:
-            raise ApiError(404, "the server could not find the requested resource", "NotFound")
+            raise NoSuchResource()
         if rt.namespaced and name is not None and ns is None:
-            raise ApiError(404, "the server could not find the requested resource", "NotFound")
+            raise NoSuchResource()
         if legacy_watch:
             if sub or rt.name in REVIEWS:  # only the main resources of watchable types
-                raise ApiError(404, "the server could not find the requested resource", "NotFound")
+                raise NoSuchResource()
             if method != "GET":
                 raise _method_not_allowed()
             self._watch(rt, ns, named_watch_params(params, name) if name else params)
@@ -378,7 +397,7 @@ class Handler(BaseHTTPRequestHandler):
             if g["name"] == group:
                 self._send(200, _dumps({"kind": "APIGroup", "apiVersion": "v1", **g}))
                 return
-        raise ApiError(404, "the server could not find the requested resource", "NotFound")
+        raise PageNotFound()
 
     def _manager(self, params: dict[str, str]) -> str:
         if params.get("fieldManager"):
@@ -386,7 +405,7 @@ class Handler(BaseHTTPRequestHandler):
         ua = self.headers.get("User-Agent", "unknown")
         return ua.split("/")[0] or "unknown"
 
-    def _json_body(self, body: bytes) -> Any:
+    def _json_body(self, body: bytes, rt: ResourceType | None = None) -> Any:
         ctype = (self.headers.get("Content-Type") or "application/json").split(";")[0].strip()
         if ctype in ("application/json", ""):
             return load_body(body)
@@ -396,10 +415,13 @@ class Handler(BaseHTTPRequestHandler):
             obj = protobuf.decode(body)
             if obj is not None:
                 return obj
+        accepted = "application/json, application/yaml"  # serializers of the type's codec
+        if rt is None or rt.group not in CUSTOM_RESOURCE_GROUPS:
+            accepted += f", {protobuf.MEDIA_TYPE}"
         raise ApiError(
             415,
             f"the body of the request was in an unknown format - accepted media types include: "
-            f"application/json, application/yaml (got {ctype})",
+            f"{accepted}",
             "UnsupportedMediaType",
         )
 
@@ -407,7 +429,7 @@ class Handler(BaseHTTPRequestHandler):
         """A create/update body; unparseable JSON worded as the decoder does (rest.go)."""
         ctype = (self.headers.get("Content-Type") or "application/json").split(";")[0].strip()
         try:
-            return self._json_body(body)
+            return self._json_body(body, rt)
         except ApiError as err:
             if err.code != 400 or ctype not in ("application/json", ""):
                 raise
@@ -433,6 +455,8 @@ class Handler(BaseHTTPRequestHandler):
             user = context.current().user
             obj = fieldvalidation.decode_body(rt, self._json_body(body), params, "CreateOptions")
             out = reviews.HANDLERS[rt.name](cluster, user, obj)
+            if rt.name == "selfsubjectaccessreviews":
+                reviews.with_managed_fields(obj, out, self._manager(params))
             self._send(201, _dumps(out))
             return
         if method == "GET":
@@ -470,7 +494,7 @@ class Handler(BaseHTTPRequestHandler):
     ) -> None:
         cluster = self.server.cluster
         if rt.name in REVIEWS:
-            raise ApiError(404, "the server could not find the requested resource", "NotFound")
+            raise NoSuchResource()
         if sub == "token":  # TokenRequest (auth.py)
             if method != "POST":
                 raise _method_not_allowed()

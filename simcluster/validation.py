@@ -66,7 +66,7 @@ _RULES: dict[str, Rules] = {
         lambda n, o, q: vp.validate_pod_status_update(n, o),
     ),
     "namespaces": Rules(vt.namespace_create, vt.namespace_update, vt.namespace_status),
-    "nodes": Rules(vt.node_create, vt.node_update, vt.node_update),
+    "nodes": Rules(vt.node_create, vt.node_update, vt.node_status_update),
     "resourcequotas": Rules(vt.quota_create, vt.quota_update, vt.quota_status),
     "configmaps": Rules(vt.configmap_create, vt.configmap_update),
     "secrets": Rules(vt.secret_create, vt.secret_update),

@@ -65,8 +65,11 @@ def _owner_ref_value(ref: dict[str, Any]) -> GoStruct:
             ("Kind", str(ref.get("kind") or "")),
             ("Name", str(ref.get("name") or "")),
             ("UID", str(ref.get("uid") or "")),
-            ("Controller", GoPtr("bool", ref.get("controller") is None)),
-            ("BlockOwnerDeletion", GoPtr("bool", ref.get("blockOwnerDeletion") is None)),
+            ("Controller", GoPtr("bool", ref.get("controller") is None, ref.get("controller"))),
+            (
+                "BlockOwnerDeletion",
+                GoPtr("bool", ref.get("blockOwnerDeletion") is None, ref.get("blockOwnerDeletion")),
+            ),
         ),
     )
 
@@ -95,11 +98,11 @@ def validate_owner_references(refs: Any, path: str) -> list[FieldError]:
                 fe.invalid(child(path, "apiVersion"), api_version, "version must not be empty")
             )
         if not kind:
-            errs.append(fe.invalid(child(path, "kind"), kind, "kind must not be empty"))
+            errs.append(fe.invalid(child(path, "kind"), kind, "must not be empty"))
         if not ref.get("name"):
-            errs.append(fe.invalid(child(path, "name"), "", "name must not be empty"))
+            errs.append(fe.invalid(child(path, "name"), "", "must not be empty"))
         if not ref.get("uid"):
-            errs.append(fe.invalid(child(path, "uid"), "", "uid must not be empty"))
+            errs.append(fe.invalid(child(path, "uid"), "", "must not be empty"))
         if (group, version, kind) == ("", "v1", "Event"):
             errs.append(
                 fe.invalid(
@@ -266,8 +269,9 @@ def validate_object_meta_update(
     return errs
 
 
-class _GoTime(fe.GoValue):
-    """``metav1.Time`` implements ``fmt.Stringer`` (``time.Time.String()``)."""
+class GoTime(fe.GoValue):
+    """``metav1.Time`` implements ``fmt.Stringer`` (``time.Time.String()``) and marshals as
+    RFC 3339 (``MarshalJSON``)."""
 
     stringer = True
 
@@ -283,12 +287,15 @@ class _GoTime(fe.GoValue):
     def sharp(self) -> str:
         return self.string()
 
+    def json(self) -> str:
+        return fe.go_json(self.iso if len(self.iso) >= 19 else "0001-01-01T00:00:00Z")
+
 
 def _time_value(fld: str, value: Any) -> Any:
     if fld in ("creationTimestamp", "deletionTimestamp"):
         if value is None and fld == "deletionTimestamp":
             return None
-        return _GoTime(str(value or ""))
+        return GoTime(str(value or ""))
     if fld == "deletionGracePeriodSeconds":
         return value
     return value

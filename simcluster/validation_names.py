@@ -64,7 +64,14 @@ def _full(rx: re.Pattern[str], s: str) -> bool:
 
 
 def max_len_error(n: int) -> str:
+    """``validation.MaxLenError`` (pkg/util/validation/validation.go)."""
     return f"must be no more than {n} characters"
+
+
+def max_bytes_error(n: int) -> str:
+    """``content.MaxLenError``, used by the label checks that moved to
+    ``staging/src/k8s.io/apimachinery/pkg/api/validate/content`` (v0.35+)."""
+    return f"must be no more than {n} bytes"
 
 
 def regex_error(msg: str, fmt: str, *examples: str) -> str:
@@ -118,7 +125,9 @@ def is_dns1035_label(value: str) -> list[str]:
 
 
 def is_qualified_name(value: str) -> list[str]:
-    """``IsQualifiedName``: ``[prefix/]name`` with a DNS-subdomain prefix, name <= 63."""
+    """``IsQualifiedName``: ``[prefix/]name`` with a DNS-subdomain prefix, name <= 63. Since
+    apimachinery v0.35 it is ``IsLabelKey``, whose too-many-slashes text says "a valid label
+    key" (``staging/src/k8s.io/apimachinery/pkg/api/validate/content/kube.go``)."""
     errs: list[str] = []
     parts = value.split("/")
     if len(parts) == 1:
@@ -127,19 +136,22 @@ def is_qualified_name(value: str) -> list[str]:
         prefix, name = parts
         if not prefix:
             errs.append("prefix part " + empty_error())
-        else:
-            errs.extend("prefix part " + m for m in is_dns1123_subdomain(prefix))
+        else:  # content.IsDNS1123Subdomain: its length error counts bytes
+            errs.extend(
+                "prefix part " + m.replace(max_len_error(253), max_bytes_error(253))
+                for m in is_dns1123_subdomain(prefix)
+            )
     else:
         return [
             *errs,
-            "a qualified name "
+            "a valid label key "
             + regex_error(_QNAME_MSG, QUALIFIED_NAME_FMT, "MyName", "my.name", "123-abc")
             + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
         ]
     if not name:
         errs.append("name part " + empty_error())
     elif blen(name) > 63:
-        errs.append("name part " + max_len_error(63))
+        errs.append("name part " + max_bytes_error(63))
     if not _full(_QNAME_RE, name):
         errs.append(
             "name part "
@@ -149,9 +161,10 @@ def is_qualified_name(value: str) -> list[str]:
 
 
 def is_valid_label_value(value: str) -> list[str]:
+    """``content.IsLabelValue``."""
     errs = []
     if blen(value) > 63:
-        errs.append(max_len_error(63))
+        errs.append(max_bytes_error(63))
     if not _full(_LABEL_VALUE_RE, value):
         errs.append(regex_error(_LABEL_VALUE_MSG, LABEL_VALUE_FMT, "MyValue", "my_value", "12345"))
     return errs

@@ -33,7 +33,7 @@ from simcluster.validation_names import (
     is_valid_percent,
     is_valid_port_name,
     is_valid_port_num,
-    name_is_dns1035_label,
+    name_is_dns_label,
     name_is_dns_subdomain,
     regex_error,
 )
@@ -72,8 +72,11 @@ def _service_port_value(port: dict[str, Any]) -> GoStruct:
 
 
 def service_create(svc: dict[str, Any], qty: Any) -> list[FieldError]:
-    """``ValidateService``: the checks that do not depend on IP allocation or defaulting."""
-    errs = validate_object_meta(_meta(svc), True, name_is_dns1035_label)
+    """``ValidateService``: the checks that do not depend on IP allocation or defaulting.
+    The name is a DNS-1123 label: RelaxedServiceNameValidation is on by default since v1.36
+    (pkg/features/kube_features.go; pkg/apis/core/validation/validation.go ``ValidateService``
+    takes ``NameIsDNSLabel`` then)."""
+    errs = validate_object_meta(_meta(svc), True, name_is_dns_label)
     spec = svc.get("spec") or {}
     stype = spec.get("type")
     headless = spec.get("clusterIP") == "None" or spec.get("clusterIPs") == ["None"]
@@ -210,17 +213,33 @@ def _pdb_spec(spec: dict[str, Any]) -> list[FieldError]:
     errs: list[FieldError] = []
     has_min, has_max = spec.get("minAvailable") is not None, spec.get("maxUnavailable") is not None
     if has_min and has_max:
+        from simcluster.validation_apps import selector_value
+
         value = GoStruct(
             "policy.PodDisruptionBudgetSpec",
             (
-                ("MinAvailable", GoPtr("intstr.IntOrString", False)),
-                ("Selector", GoPtr("v1.LabelSelector", spec.get("selector") is None)),
-                ("MaxUnavailable", GoPtr("intstr.IntOrString", False)),
+                (
+                    "MinAvailable",
+                    GoPtr("intstr.IntOrString", False, _int_or_string(spec["minAvailable"])),
+                ),
+                (
+                    "Selector",
+                    GoPtr(
+                        "v1.LabelSelector",
+                        spec.get("selector") is None,
+                        selector_value(spec.get("selector")),
+                    ),
+                ),
+                (
+                    "MaxUnavailable",
+                    GoPtr("intstr.IntOrString", False, _int_or_string(spec["maxUnavailable"])),
+                ),
                 (
                     "UnhealthyPodEvictionPolicy",
                     GoPtr(
                         "policy.UnhealthyPodEvictionPolicyType",
                         spec.get("unhealthyPodEvictionPolicy") is None,
+                        spec.get("unhealthyPodEvictionPolicy"),
                     ),
                 ),
             ),

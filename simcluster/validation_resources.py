@@ -137,6 +137,9 @@ class QuantityValue(fe.GoValue):
     def sharp(self) -> str:
         return self.q.go_repr()
 
+    def json(self) -> str:  # Quantity.MarshalJSON: the kept text, else the canonical form
+        return fe.go_json(self.q.text())
+
 
 def quantity_value(name: str, q: GoQuantity, path: str) -> list[FieldError]:
     """``ValidateResourceQuantityValue``: non-negative; whole for integer resources."""

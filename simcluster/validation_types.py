@@ -22,6 +22,7 @@ from simcluster import validation_resources as vr
 from simcluster.fielderrors import FieldError, GoPtr, GoStruct, child, index, key
 from simcluster.validation_containers import taint_effect
 from simcluster.validation_meta import (
+    GoTime,
     kube_finalizer_name,
     validate_label_name,
     validate_object_meta,
@@ -95,7 +96,10 @@ def _taint_value(t: dict[str, Any]) -> GoStruct:
             ("Key", str(t.get("key") or "")),
             ("Value", str(t.get("value") or "")),
             ("Effect", str(t.get("effect") or "")),
-            ("TimeAdded", GoPtr("v1.Time", t.get("timeAdded") is None)),
+            (
+                "TimeAdded",
+                GoPtr("v1.Time", t.get("timeAdded") is None, GoTime(str(t.get("timeAdded")))),
+            ),
         ),
     )
 
@@ -164,6 +168,13 @@ def node_create(node: dict[str, Any], qty: Any) -> list[FieldError]:
 
 
 def node_update(new: dict[str, Any], old: dict[str, Any], qty: Any) -> list[FieldError]:
+    """``nodeStrategy.ValidateUpdate``: ``ValidateNode`` then ``ValidateNodeUpdate``, so a bad
+    label, taint or quantity is reported by both (pkg/registry/core/node/strategy.go)."""
+    return node_create(new, qty) + node_status_update(new, old, qty)
+
+
+def node_status_update(new: dict[str, Any], old: dict[str, Any], qty: Any) -> list[FieldError]:
+    """``ValidateNodeUpdate`` alone (``nodeStatusStrategy.ValidateUpdate``)."""
     errs = _meta_update(new, old)
     errs += vr.node_resources(new.get("status") or {}, qty)
     seen = []

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from simcluster.errors import status_body
 from simcluster.listopts import internal, parse_options, rv_error, too_large
-from simcluster.resources import ResourceType
+from simcluster.resources import ResourceType, conversion_name
 from simcluster.selectors import parse_field_selector, parse_label_selector
 from simcluster.store import Event, serialize
 
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 BLOCK_TIMEOUT_S = 3.0  # watch_cache.go blockTimeout
 MIN_REQUEST_TIMEOUT_S = 1800.0  # kube-apiserver --min-request-timeout
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+_TICK_ORIGIN = time.monotonic()  # when "the cacher" started ticking
 
 
 @dataclass
@@ -78,7 +79,7 @@ def prepare(
     if err:  # cacher.Watch returns the versioner's error: not an API status, so a 500
         raise internal(err)
     lsel = parse_label_selector(params.get("labelSelector"))
-    fsel = parse_field_selector(params.get("fieldSelector"), rt.fields)
+    fsel = parse_field_selector(params.get("fieldSelector"), rt.fields, conversion_name(rt))
     if opts.timeout_seconds:
         timeout = float(opts.timeout_seconds)
     else:  # get.go: minRequestTimeout * (1 + rand)
@@ -151,7 +152,11 @@ def run(cluster: SimCluster, plan: WatchPlan, send: Callable[[bytes], None]) -> 
             due = min(now + freq, deadline - 2.0)
             if due <= now:  # the deadline was set before the watcher was registered
                 return None
-        return t0 + max(1, math.ceil((due - t0) / tick - 1e-9)) * tick
+        # the cacher's bookmark timer ticks for all its watchers, not from each watch's
+        # start (cacher.go dispatchEvents, watcherBookmarkTimeBuckets): the next tick of the
+        # process-wide grid, so a watch-list's end bookmark comes within a tick
+        due = max(due, now + 1e-6)
+        return _TICK_ORIGIN + math.ceil((due - _TICK_ORIGIN) / tick - 1e-9) * tick
 
     next_bm = schedule(t0)
     last = plan.last
@@ -225,7 +230,8 @@ def convert(ev: Event, ns: str | None, lsel: Any, fsel: Any) -> bytes | None:
 
 def bookmark(rt: ResourceType, rv: int, annotate: bool = False) -> bytes:
     """A BOOKMARK event: an empty object of the type carrying only a resourceVersion."""
-    meta: dict[str, Any] = {"resourceVersion": str(rv), "creationTimestamp": None}
+    # (no zero creationTimestamp: omitted since v1.33, metav1.ObjectMeta ``omitzero``)
+    meta: dict[str, Any] = {"resourceVersion": str(rv)}
     if annotate:
         meta["annotations"] = {INITIAL_EVENTS_END: "true"}
     obj = {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": meta}

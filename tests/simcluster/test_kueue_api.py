@@ -122,19 +122,26 @@ def test_crud_defaults_and_pruning(crd: client.CustomObjectsApi) -> None:
         (
             lambda s: s.update(queueingStrategy="Fast"),
             422,
-            'spec.queueingStrategy: Unsupported value: "Fast": supported values: '
-            '"StrictFIFO", "BestEffortFIFO"',
+            # a blocking schema error skips the CEL rules and says so (apiextensions-apiserver
+            # v0.36 customresource/strategy.go hasBlockingErr; the real server answers this,
+            # tests/differential/test_validation.py kueue-queueing-strategy-blocks-cel)
+            '[spec.queueingStrategy: Unsupported value: "Fast": supported values: '
+            '"StrictFIFO", "BestEffortFIFO", <nil>: Invalid value: null: some validation rules '
+            "were not checked because the object was invalid; correct the existing errors to "
+            "complete validation]",
         ),
         (
             lambda s: s["resourceGroups"][0].update(coveredResources=["nvidia.com/gpu", "cpu"]),
             422,
-            'spec.resourceGroups[0]: Invalid value: "object": flavors must have the same '
+            # an object's CEL failure shows no value (apiextensions-apiserver v0.36
+            # schema/cel/validation.go; kueue-covered-resources-mismatch in the referee)
+            "spec.resourceGroups[0]: Invalid value: flavors must have the same "
             "number of resources as the coveredResources",
         ),
         (
             lambda s: s["resourceGroups"][0]["flavors"][0]["resources"][0].update(borrowingLimit=1),
             422,
-            'spec: Invalid value: "object": borrowingLimit must be nil when cohort is empty',
+            "spec: Invalid value: borrowingLimit must be nil when cohort is empty",
         ),
         (
             lambda s: s["resourceGroups"][0]["flavors"][0]["resources"][0].update(name="cpu"),
@@ -205,8 +212,9 @@ def test_local_queue_cluster_queue_is_immutable(crd: client.CustomObjectsApi) ->
         )
     assert _error(e.value) == (
         422,
+        # a scalar's CEL failure shows its value (kueue-local-queue-immutable in the referee)
         'LocalQueue.kueue.x-k8s.io "q" is invalid: spec.clusterQueue: Invalid value: '
-        '"string": field is immutable',
+        '"team-b": field is immutable',
     )
 
 
@@ -218,7 +226,7 @@ def test_resource_flavor_validation(crd: client.CustomObjectsApi) -> None:
     assert _error(e.value) == (
         422,
         'ResourceFlavor.kueue.x-k8s.io "h100" is invalid: spec.tolerations: Invalid value: '
-        "\"array\": a value must be empty when 'operator' is 'Exists'",
+        "a value must be empty when 'operator' is 'Exists'",
     )
     rf["spec"] = {"nodeLabels": {"bad key!": "x"}}
     with pytest.raises(ApiException) as e:

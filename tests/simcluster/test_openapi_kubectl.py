@@ -1,7 +1,8 @@
 """OpenAPI documents, Tables, discovery categories, event field selectors and kubectl.
 
 Real sources followed (kubernetes/kubernetes, v1.32): ``staging/src/k8s.io/kube-openapi/pkg/
-handler3/handler.go`` and ``pkg/handler/handler.go`` (vendored), ``staging/src/
+handler3/handler.go`` and ``pkg/handler/handler.go`` (vendored; v2 protobuf as kube-openapi
+v0.0.0-20260317 and gnostic-models v0.7.0 make it), ``staging/src/
 k8s.io/kube-aggregator/pkg/controllers/openapiv3/aggregator/aggregator.go``,
 ``staging/src/k8s.io/cli-runtime/pkg/resource/query_param_verifier_v3.go``,
 ``staging/src/k8s.io/kubectl/pkg/cmd/apply/patcher.go``, ``staging/src/k8s.io/kubectl/pkg/
@@ -92,7 +93,12 @@ def test_v3_caching(sim: SimCluster) -> None:
     assert code == 404
 
 
-def test_v2_is_json_only(sim: SimCluster) -> None:
+def test_v2_json_and_protobuf(sim: SimCluster) -> None:
+    """JSON, or gnostic protobuf of the same document with the same ETag, as kube-openapi's
+    handler answers (kubectl's client-side validation of a ``kind: List`` asks for protobuf
+    only; the referee, tests/differential/test_openapi.py, compares both with a real server)."""
+    from simcluster.openapi_proto import MEDIA_TYPE, encode
+
     code, headers, body = _get(sim, "/openapi/v2", {"Accept": "application/json"})
     assert code == 200 and headers["Content-Type"] == "application/json"
     doc = json.loads(body)
@@ -102,9 +108,13 @@ def test_v2_is_json_only(sim: SimCluster) -> None:
         quota["properties"]["spec"]["$ref"] == "#/definitions/io.k8s.api.core.v1.ResourceQuotaSpec"
     )
     assert "/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets" in doc["paths"]
-    code, _, body = _get(
+    code, pb_headers, pb = _get(
         sim, "/openapi/v2", {"Accept": "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"}
     )
+    assert code == 200 and pb_headers["Content-Type"] == MEDIA_TYPE
+    assert pb == encode(doc) and pb_headers["Etag"] == headers["Etag"]
+    assert pb_headers.get_all("Vary") == ["Accept-Encoding", "Accept"]
+    code, _, body = _get(sim, "/openapi/v2", {"Accept": "text/html"})
     assert code == 406 and body == b""
 
 

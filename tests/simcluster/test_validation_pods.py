@@ -29,10 +29,9 @@ UPDATABLE = (
     "additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set "
     "to 1 if it was previously negative)\n"
 )
-NOT_INTEGER = (
-    "Invalid value: resource.Quantity{i:resource.int64Amount{value:5, scale:-1}, "
-    'd:resource.infDecAmount{Dec:(*inf.Dec)(nil)}, s:"", Format:"DecimalSI"}: must be an integer'
-)
+# a Quantity bad value is json.Marshal'ed since apimachinery v0.36 (the referee's
+# pod-mig-fraction, pod-gpu-fraction)
+NOT_INTEGER = 'Invalid value: "500m": must be an integer'
 
 
 def pod(name: str, res: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:

@@ -159,17 +159,19 @@ def test_deployment_and_job_defaults_without_controllers(api: client.ApiClient) 
 
 # ------------------------------------------------------------------------ validation
 def test_selector_must_match_the_template(apps: client.AppsV1Api) -> None:
+    # bad values print as JSON since apimachinery v0.36 (the referee's ds-* cases,
+    # tests/differential/test_validation.py, send these bodies to a real server)
     body = daemonset()
     body["spec"]["selector"] = {"matchLabels": {"app": "other"}}
     st = invalid(apps.create_namespaced_daemon_set, NS, body)
     assert st["message"] == (
         'DaemonSet.apps "agent" is invalid: spec.template.metadata.labels: Invalid value: '
-        'map[string]string{"app":"agent"}: `selector` does not match template `labels`'
+        '{"app":"agent"}: `selector` does not match template `labels`'
     )
     assert st["details"]["causes"] == [
         {
             "reason": "FieldValueInvalid",
-            "message": 'Invalid value: map[string]string{"app":"agent"}: `selector` does not '
+            "message": 'Invalid value: {"app":"agent"}: `selector` does not '
             "match template `labels`",
             "field": "spec.template.metadata.labels",
         }
@@ -187,8 +189,7 @@ def test_daemonset_strategy_restart_policy_and_surge(apps: client.AppsV1Api) -> 
         ),
         (
             "spec.updateStrategy",
-            'Unsupported value: apps.DaemonSetUpdateStrategy{Type:"Sometimes", '
-            "RollingUpdate:(*apps.RollingUpdateDaemonSet)(nil)}: supported values: "
+            'Unsupported value: {"Type":"Sometimes","RollingUpdate":null}: supported values: '
             '"RollingUpdate", "OnDelete"',
         ),
     ]
@@ -201,8 +202,7 @@ def test_daemonset_strategy_restart_policy_and_surge(apps: client.AppsV1Api) -> 
         ("spec.minReadySeconds", "Invalid value: -1: must be greater than or equal to 0"),
         (
             "spec.updateStrategy.rollingUpdate.maxSurge",
-            'Invalid value: intstr.IntOrString{Type:0, IntVal:1, StrVal:""}: may not be set '
-            "when maxUnavailable is non-zero",
+            "Invalid value: 1: may not be set when maxUnavailable is non-zero",
         ),
     ]
 
@@ -219,9 +219,7 @@ def test_selector_is_immutable_in_apps_v1(apps: client.AppsV1Api) -> None:
     assert causes(st) == [
         (
             "spec.selector",
-            'Invalid value: v1.LabelSelector{MatchLabels:map[string]string{"app":"agent", '
-            '"tier":"x"}, MatchExpressions:[]v1.LabelSelectorRequirement(nil)}: field is '
-            "immutable",
+            'Invalid value: {"matchLabels":{"app":"agent","tier":"x"}}: field is immutable',
         )
     ]
     # a template change is allowed and bumps generation and the template generation

@@ -189,7 +189,7 @@ def test_invalid_workloads_are_refused_with_the_servers_message(
     assert res.returncode == 1
     assert (
         'The DaemonSet "bad" is invalid: spec.template.metadata.labels: Invalid value: '
-        'map[string]string{"component":"agent"}: `selector` does not match template `labels`'
+        '{"component":"agent"}: `selector` does not match template `labels`'
     ) in res.stderr
     # strict decoding against the DaemonSet schema (kubectl sends fieldValidation=Strict)
     typo = MANIFESTS["agent.yaml"].replace("image: portal:0.1.0", "imagez: portal:0.1.0")
