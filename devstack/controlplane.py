@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import copy
 import os
 import shutil
 import signal
@@ -41,15 +40,14 @@ from typing import Any
 import psutil
 import yaml
 
-from devstack import k8sbuild
+from devstack import etcdreset, k8sbuild, kueuestart
 from devstack.kubeapi import KubeAPI, KubeError, wait_for
+from devstack.kueuestart import KUEUE_NAMESPACE
 from devstack.pki import CertificateAuthority, service_account_keys
 
 # Every node has a (fake) kubelet, as on the simulator, except one labelled
 # NO_KUBELET_LABEL=none: kwok leaves it alone (its status stays as written, e.g. NotReady).
 NO_KUBELET_LABEL = "gpuemu.gpu-portal.dev/kubelet"
-KUEUE_NAMESPACE = "kueue-system"
-KUEUE_METRICS_CERTS = Path("/etc/kueue/metrics/certs")
 # Our kwok stages, replacing kwok's own of the same file name (each file says why).
 KWOK_STAGES = Path(__file__).parent / "kwok-stages"
 SERVICE_CIDR = "10.96.0.0/16"
@@ -74,11 +72,6 @@ CONTROLLERS = (
     # every new node, once kwok reports it Ready (pkg/controller/nodelifecycle).
     "node-lifecycle-controller",
 )
-# Kueue's integrations the portal uses: plain pods (scheduling gate) and batch Jobs (suspend).
-KUEUE_FRAMEWORKS = ("batch/job", "pod")
-# Webhooks of config/components/webhook/manifests.yaml kept: those for Kueue's own kinds and
-# the integrations above (the rest name kinds this cluster does not serve).
-_KUEUE_WEBHOOK_GROUPS = {"kueue.x-k8s.io", "batch", ""}
 
 
 class ComponentDied(RuntimeError):
@@ -389,107 +382,7 @@ class ControlPlane:
         return self
 
     def _start_kueue(self, ca, bin_dir: Path, logs: Path, began: float, timeout: float) -> None:
-        api = self.api
-        api.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NAMESPACE}})
-        for crd in sorted((self.binaries / "crds").glob("*.yaml")):
-            api.apply_documents(yaml.safe_load_all(crd.read_text()))
-        webhook_port, health_port = free_port(), free_port()
-        cert_dir = self.workdir / "kueue-certs"
-        cert_dir.mkdir(exist_ok=True)
-        pair = ca.issue("kueue-webhook", "kueue-webhook", hosts=("127.0.0.1", "localhost"))
-        shutil.copy(pair.cert, cert_dir / "tls.crt")
-        shutil.copy(pair.key, cert_dir / "tls.key")
-        # Without its internal cert management Kueue v0.17 reads the metrics server's
-        # certificate from a fixed path (cmd/kueue/main.go, "metrics-cert-path") even with
-        # metrics off; the webhook's pair serves there too.
-        try:
-            KUEUE_METRICS_CERTS.mkdir(parents=True, exist_ok=True)
-            shutil.copy(pair.cert, KUEUE_METRICS_CERTS / "tls.crt")
-            shutil.copy(pair.key, KUEUE_METRICS_CERTS / "tls.key")
-        except OSError as exc:
-            raise ComponentDied(
-                f"Kueue needs {KUEUE_METRICS_CERTS} writable ({exc}); run as root or create "
-                "it writable for this user"
-            ) from exc
-        config = {
-            "apiVersion": "config.kueue.x-k8s.io/v1beta2",
-            "kind": "Configuration",
-            "namespace": KUEUE_NAMESPACE,
-            "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
-            "metrics": {"bindAddress": "0"},
-            "webhook": {"port": webhook_port, "host": "127.0.0.1", "certDir": str(cert_dir)},
-            "leaderElection": {"leaderElect": False},
-            "internalCertManagement": {"enable": False},
-            "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
-        }
-        config_path = self.workdir / "kueue-config.yaml"
-        config_path.write_text(yaml.safe_dump(config))
-        kueue = self._add(
-            "kueue",
-            [
-                str(bin_dir / "kueue"),
-                f"--config={config_path}",
-                f"--kubeconfig={self.admin_kubeconfig}",
-                "--zap-log-level=info",
-                # its on-demand visibility API server would bind a fixed port (8082)
-                "--feature-gates=VisibilityOnDemand=false",
-            ],
-            logs,
-        )
-        # The CRDs must be established before Kueue's informers start.
-        for crd in sorted((self.binaries / "crds").glob("*.yaml")):
-            name = yaml.safe_load(crd.read_text())["metadata"]["name"]
-            wait_for(
-                lambda name=name: _established(api.get("customresourcedefinitions", name)),
-                timeout=timeout,
-                what=f"CRD {name} established",
-            )
-        kueue.start()
-        wait_for(
-            lambda: (
-                self._alive_or_raise() and self._http_ok(f"http://127.0.0.1:{health_port}/readyz")
-            ),
-            timeout=timeout,
-            what="Kueue /readyz",
-        )
-        for doc in self._kueue_webhooks(webhook_port):
-            api.apply(doc)
-        kueue.started_s = time.monotonic() - began
-
-    def _kueue_webhooks(self, port: int) -> list[dict[str, Any]]:
-        """Kueue's webhook configurations with ``url`` client configs on loopback."""
-        source = self.binaries / "webhooks.yaml"
-        out = []
-        for doc in yaml.safe_load_all(source.read_text()):
-            if not doc:
-                continue
-            doc = copy.deepcopy(doc)
-            doc["metadata"] = {"name": "kueue-" + doc["metadata"]["name"]}
-            kept = []
-            for hook in doc.get("webhooks", []):
-                groups = {g for rule in hook.get("rules", []) for g in rule.get("apiGroups", [])}
-                if not groups <= _KUEUE_WEBHOOK_GROUPS:
-                    continue
-                path = hook["clientConfig"]["service"]["path"]
-                hook["clientConfig"] = {
-                    "url": f"https://127.0.0.1:{port}{path}",
-                    "caBundle": base64.b64encode(self.ca_pem).decode(),
-                }
-                if hook["name"] in {"mpod.kb.io", "vpod.kb.io"}:
-                    # config/components/webhook/kustomization.yaml's patch
-                    hook["namespaceSelector"] = {
-                        "matchExpressions": [
-                            {
-                                "key": "kubernetes.io/metadata.name",
-                                "operator": "NotIn",
-                                "values": ["kube-system", KUEUE_NAMESPACE],
-                            }
-                        ]
-                    }
-                kept.append(hook)
-            doc["webhooks"] = kept
-            out.append(doc)
-        return out
+        kueuestart.start(self, ca, bin_dir, logs, began, timeout)
 
     def stop(self, timeout: float = 5.0) -> None:
         """SIGTERM every component at once, SIGKILL what is left after ``timeout``."""
@@ -515,48 +408,13 @@ class ControlPlane:
 
     # ------------------------------------------------------------------ baseline
     def mark_baseline(self) -> int:
-        """Remember etcd's content now; :meth:`reset` returns the cluster to it. Keys counted."""
-        self._baseline = {kv["key"]: kv for kv in self._etcd_range(keys_only=False)}
+        """Remember etcd's content now (:mod:`devstack.etcdreset`); returns the keys counted."""
+        self._baseline = etcdreset.snapshot(self.etcd_url)
         return len(self._baseline)
 
     def reset(self) -> int:
-        """Back to the baseline: keys written since are deleted, changed ones put back.
-
-        This works under the API server, as a fresh cluster would be, in one etcd round trip
-        per 128 keys: the API server's watch cache and every controller see ordinary DELETED
-        and MODIFIED events. Left alone: the system namespaces (the controllers' own
-        ServiceAccounts and leases live there), leases, events' absence, IP allocations and
-        the objects the API server maintains itself (:func:`_kept`). Returns the
-        number of keys changed.
-        """
-        ops = []
-        for kv in self._etcd_range(keys_only=True):
-            key = kv["key"]
-            if _kept(key):
-                continue
-            base = self._baseline.get(key)
-            if base is None:
-                ops.append({"request_delete_range": {"key": key}})
-            elif base["mod_revision"] != kv["mod_revision"]:
-                ops.append({"request_put": {"key": key, "value": base["value"]}})
-        for start in range(0, len(ops), 128):
-            self._etcd("/v3/kv/txn", {"success": ops[start : start + 128]})
-        return len(ops)
-
-    def _etcd(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        import requests
-
-        resp = requests.post(self.etcd_url + path, json=body, timeout=30)
-        resp.raise_for_status()
-        return resp.json()
-
-    def _etcd_range(self, keys_only: bool) -> list[dict[str, Any]]:
-        body = {
-            "key": base64.b64encode(b"/registry/").decode(),
-            "range_end": base64.b64encode(b"/registry0").decode(),
-            "keys_only": keys_only,
-        }
-        return self._etcd("/v3/kv/range", body).get("kvs", [])
+        """Back to the baseline (:func:`devstack.etcdreset.reset`); returns keys changed."""
+        return etcdreset.reset(self.etcd_url, self._baseline, KUEUE_NAMESPACE)
 
     # ------------------------------------------------------------------ health
     def check(self) -> None:
@@ -637,32 +495,6 @@ class ControlPlane:
                 return resp.status == 200
         except OSError:
             return False
-
-
-# etcd keys a reset leaves alone (see ControlPlane.reset).
-_SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease", KUEUE_NAMESPACE)
-_KEEP_RESOURCES = (
-    "leases",
-    "masterleases",
-    "ranges",
-    "apiregistration.k8s.io",
-    "flowschemas",
-    "prioritylevelconfigurations",
-    "ipaddresses",
-    "servicecidrs",
-)
-
-
-def _kept(b64_key: str) -> bool:
-    key = base64.b64decode(b64_key).decode(errors="replace")
-    parts = key.split("/")[2:]  # [group,] resource, [namespace,] name
-    if parts and "." in parts[0]:  # CRDs and some built-in groups: /registry/<group>/...
-        if parts[0] in _KEEP_RESOURCES:
-            return True
-        parts = parts[1:]
-    if not parts or parts[0] in _KEEP_RESOURCES:
-        return True
-    return len(parts) >= 3 and parts[1] in _SYSTEM_NAMESPACES
 
 
 def _established(crd: dict[str, Any]) -> bool:
