@@ -436,6 +436,8 @@ def load_operator(ld: _Loader, spec: dict[str, Any], namespace: str) -> None:
         operands.service_accounts(namespace),
         lambda sa: ld.create("serviceaccounts", sa),
     )
+    ld.each("runtimeclasses", [operands.runtime_class(policy)],
+            lambda rc: ld.create("runtimeclasses", rc))  # fmt: skip
     ld.each(
         "daemonsets",
         operands.daemonsets(namespace, policy),

@@ -115,6 +115,22 @@ def default_configmap(namespace: str, policy: dict[str, Any] | None) -> dict[str
     }
 
 
+def runtime_class(policy: dict[str, Any] | None) -> dict[str, Any]:
+    """The RuntimeClass ``nvidia`` the operator's container-toolkit state creates
+    (NVIDIA/gpu-operator ``controllers/object_controls.go`` ``RuntimeClasses``; handler
+    ``nvidia``). GPU clients such as the portal's agent name it in ``runtimeClassName``; the
+    API server's RuntimeClass admission refuses their pods while it is missing."""
+    obj: dict[str, Any] = {
+        "apiVersion": "node.k8s.io/v1",
+        "kind": "RuntimeClass",
+        "metadata": {"name": "nvidia"},
+        "handler": "nvidia",
+    }
+    if policy is not None:
+        obj["metadata"]["ownerReferences"] = [owner_reference(policy)]
+    return obj
+
+
 def service_accounts(namespace: str) -> list[dict[str, Any]]:
     return [
         {

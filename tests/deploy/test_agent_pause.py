@@ -1,6 +1,6 @@
 """The agent DaemonSet of deploy/ steps aside for a MIG change, as the GPU Operator expects
-of third-party GPU clients, in the simulated cluster (its DaemonSet controller and
-mig-manager emulation, docs/simcluster.md).
+of third-party GPU clients, on the real control plane: the real DaemonSet controller and
+kwok run the agent's pods, the GPU emulation (gpuemu/) plays mig-manager.
 
 Real sources followed: NVIDIA/mig-parted ``pkg/mig/reconfigure/reconfigure.go``
 (``shutdownKubernetesGPUClients`` sets ``nvidia.com/gpu.deploy.client`` to
@@ -18,11 +18,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from kubernetes import client
 
-from simcluster import SimCluster
+from tests import kubesim
 from tests.prereqs import need_kubectl
-from tests.simcluster.helpers import Kubectl, make_api, wait_until
+from tests.simcluster.helpers import Kubectl, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 OVERLAY = ROOT / "deploy" / "overlays" / "production"
@@ -33,17 +32,19 @@ STATE = "nvidia.com/mig.config.state"
 
 
 @pytest.fixture
-def cluster():
+def cluster(tmp_path):
     node = {
         "name": NODE,
         "labels": {CLIENT: "true"},  # what the GPU Operator sets (state_manager.go)
         "gpu": {"product": "NVIDIA-A100-SXM4-80GB", "count": 2,
                 "mig": {"strategy": "mixed", "config": "all-disabled"}},
     }  # fmt: skip
-    sim = SimCluster.from_fleet({"nodes": [node, {"name": "cpu-00"}]}, mig_step_s=0.01)
-    sim.start(host="127.0.0.1", port=0)
-    yield sim
-    sim.stop()
+    fleet = {"nodes": [node, {"name": "cpu-00"}],
+             "gpuOperator": {"configMountDelay": 0.2, "devicePluginRestart": 0.1}}  # fmt: skip
+    # As on a fresh cluster: the GPU Operator there, none of the portal's manifests yet.
+    cluster = kubesim.start(fleet, tmp_path, portal=False, mig_step_s=0.01)
+    yield cluster
+    cluster.stop()
 
 
 def test_agent_pod_leaves_the_node_for_a_mig_change_and_comes_back(cluster, tmp_path):
@@ -53,7 +54,7 @@ def test_agent_pod_leaves_the_node_for_a_mig_change_and_comes_back(cluster, tmp_
     kubectl("-n", NS, "create", "secret", "generic", "gpu-agent-tokens",
             f"--from-literal={NODE}=gqa_token-of-this-node")  # fmt: skip
     kubectl("apply", "-k", str(OVERLAY), timeout=120)
-    v1 = client.CoreV1Api(make_api(cluster))
+    v1 = kubesim.admin_core_api(cluster)
 
     def agent_pods(node: str = NODE):
         pods = v1.list_namespaced_pod(NS, label_selector="component=gpu-agent").items
