@@ -106,7 +106,10 @@ class Command(BaseCommand):
             slug="demo",
             defaults={
                 "name": "Demo cluster (emulated GPUs)",
-                "description": "The demo cluster started by `make demo`: a real control plane, or the simulator without Go; its GPUs are emulated.",
+                "description": (
+                    "The demo cluster started by `make demo`: a real control plane, or the "
+                    "simulator without Go; its GPUs are emulated."
+                ),
                 "auth_method": Cluster.AuthMethod.KUBECONFIG,
                 "kubeconfig_path": kubeconfig,
                 "kubeconfig_context": "",
