@@ -146,3 +146,12 @@ def pair() -> Iterator[Pair]:
         sim_server.close()
         sim.stop()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _counted() -> None:
+    """Each case runs against the real control plane and the simulator (the summary line)."""
+    from tests.kubesim import RAN_AGAINST, _current_test
+
+    RAN_AGAINST["real"].add(_current_test())
+    RAN_AGAINST["simulator"].add(_current_test())
