@@ -30,12 +30,8 @@ from devstack import k8sbuild
 from devstack.controlplane import ControlPlane, _established, kubeconfig_yaml
 from devstack.faultproxy import FaultProxy
 from devstack.kubeapi import KubeAPI, KubeError, wait_for
+from tests.kubesim import OPERATOR_NAMESPACE, PORTAL_MANIFESTS, PORTAL_SERVICE_ACCOUNT
 
-REPO = Path(__file__).resolve().parents[1]
-DEPLOY = REPO / "deploy" / "kubernetes"
-PORTAL_MANIFESTS = (DEPLOY / "namespace.yaml", DEPLOY / "rbac.yaml")
-PORTAL_SERVICE_ACCOUNT = ("gpu-quota-portal", "gpu-quota-portal")
-OPERATOR_NAMESPACE = "gpu-operator"
 MIG_FAULTS = ("mig_fail", "mig_stuck", "mig_reboot")
 
 _lock = threading.Lock()
@@ -62,8 +58,6 @@ class _Session:
                 what="the ClusterPolicy CRD established",
             )
             pki = self.workdir / "pki"
-            from devstack.pki import CertificateAuthority  # noqa: F401 - the CA is on disk
-
             self.proxy = FaultProxy(
                 self.plane.url, pki / "ca.crt", pki / "apiserver.crt", pki / "apiserver.key"
             ).start()
