@@ -179,7 +179,7 @@ class ControlPlane:
         self.start_seconds = 0.0
         self.api: KubeAPI | None = None
         self._monitor: threading.Thread | None = None
-        self._baseline: dict[str, dict[str, Any]] = {}
+        self._baselines: dict[str, dict[str, dict[str, Any]]] = {}
         self.etcd_url = ""
         self._stopping = threading.Event()
 
@@ -407,14 +407,19 @@ class ControlPlane:
         self.stop()
 
     # ------------------------------------------------------------------ baseline
-    def mark_baseline(self) -> int:
-        """Remember etcd's content now (:mod:`devstack.etcdreset`); returns the keys counted."""
-        self._baseline = etcdreset.snapshot(self.etcd_url)
-        return len(self._baseline)
+    def mark_baseline(self, name: str = "default") -> int:
+        """Remember etcd's content now under ``name`` (:mod:`devstack.etcdreset`); returns
+        the keys counted. A harness may keep several (say, with and without an add-on)."""
+        self._baselines[name] = etcdreset.snapshot(self.etcd_url)
+        return len(self._baselines[name])
 
-    def reset(self) -> int:
-        """Back to the baseline (:func:`devstack.etcdreset.reset`); returns keys changed."""
-        return etcdreset.reset(self.etcd_url, self._baseline, KUEUE_NAMESPACE)
+    def has_baseline(self, name: str) -> bool:
+        return name in self._baselines
+
+    def reset(self, name: str = "default") -> int:
+        """Back to the baseline ``name`` (:func:`devstack.etcdreset.reset`), whichever was
+        current before; returns the keys changed."""
+        return etcdreset.reset(self.etcd_url, self._baselines[name], KUEUE_NAMESPACE)
 
     # ------------------------------------------------------------------ health
     def check(self) -> None:

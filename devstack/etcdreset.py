@@ -1,8 +1,8 @@
 """Return a test cluster to a baseline through etcd, under a running kube-apiserver.
 
 :func:`snapshot` reads every key under ``/registry/`` with its value and revision;
-:func:`reset` then deletes the keys written since and puts back the changed ones, 128 per
-etcd transaction, over etcd's JSON gateway (``/v3/kv/range``, ``/v3/kv/txn``). The API
+:func:`reset` then deletes the keys written since and puts back the changed and the deleted
+ones, 128 per etcd transaction, over etcd's JSON gateway (``/v3/kv/range``, ``/v3/kv/txn``). The API
 server's watch cache and every controller see ordinary DELETED and MODIFIED events, as if
 an admin had removed the objects, so a fresh cluster costs milliseconds instead of a
 restart. Left alone (:func:`kept`): the system namespaces (the controllers' own
@@ -65,16 +65,22 @@ def kept(b64_key: str, extra_namespaces: tuple[str, ...] = ()) -> bool:
 
 
 def reset(etcd_url: str, baseline: dict[str, dict[str, Any]], *keep_namespaces: str) -> int:
-    """Delete the keys written since ``baseline``, put back the changed ones; the count."""
+    """Delete the keys written since ``baseline``, put back the changed and deleted ones;
+    the count. Any state becomes the baseline, so one cluster can switch between several."""
     ops = []
+    present = set()
     for kv in _range(etcd_url, keys_only=True):
         key = kv["key"]
+        present.add(key)
         if kept(key, keep_namespaces):
             continue
         base = baseline.get(key)
         if base is None:
             ops.append({"request_delete_range": {"key": key}})
         elif base["mod_revision"] != kv["mod_revision"]:
+            ops.append({"request_put": {"key": key, "value": base["value"]}})
+    for key, base in baseline.items():
+        if key not in present and not kept(key, keep_namespaces):
             ops.append({"request_put": {"key": key, "value": base["value"]}})
     for start in range(0, len(ops), TXN_OPS):
         _post(etcd_url, "/v3/kv/txn", {"success": ops[start : start + TXN_OPS]})

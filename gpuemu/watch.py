@@ -249,6 +249,8 @@ class Informer:
         )
         self._response = resp
         try:
+            if self._stop.is_set():  # stop() ran while the request was in flight
+                return
             if resp.status_code == 410:
                 raise Gone()
             if resp.status_code >= 400:

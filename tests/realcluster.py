@@ -11,6 +11,12 @@ test's duration, and reaches the API server as the portal through a fault-inject
 TokenRequest API. A call the manifests do not allow is
 refused by the real RBAC authorizer.
 
+What every test would otherwise write again goes into further baselines, made on first use
+(:meth:`_Session.baseline`): the portal's manifests with its token, and the GPU Operator as
+a fleet describes it (its ClusterPolicy, ConfigMap and operand DaemonSets). A test resets to
+the one that matches its fleet and loads only the rest of it, so ~500 tests do not each
+write the same two dozen objects.
+
 :class:`RealCluster` offers the simulator's helpers that tests use (``get``, ``list``,
 ``create``, ``set_pod_phase``, ``issue_token``, ``write_kubeconfig``, ``apply_file``,
 ``faults``), so a test reads the same against either.
@@ -19,10 +25,12 @@ refused by the real RBAC authorizer.
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import signal
 import tempfile
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +44,13 @@ MIG_FAULTS = ("mig_fail", "mig_stuck", "mig_reboot")
 
 _lock = threading.Lock()
 _shared: _Session | None = None
+BARE = "default"  # the session's first baseline: the operator's namespace and CRD
+
+
+@dataclass(frozen=True)
+class Baseline:
+    name: str
+    portal_token: str = ""  # a token of the portal's ServiceAccount, whose uid the reset keeps
 
 
 class _Session:
@@ -61,10 +76,36 @@ class _Session:
             self.proxy = FaultProxy(
                 self.plane.url, pki / "ca.crt", pki / "apiserver.crt", pki / "apiserver.key"
             ).start()
-            self.plane.mark_baseline()
+            self.plane.mark_baseline(BARE)
         except BaseException:
             self.plane.stop()
             raise
+        self._baselines: dict[str, Baseline] = {}
+
+    def baseline(self, *, portal: bool, operator: dict[str, Any] | None) -> Baseline:
+        """The baseline with the portal's manifests (or not) and this GPU Operator (``None``:
+        none), made now when it is the first test to need it."""
+        name = f"portal={portal} operator={json.dumps(operator, sort_keys=True)}"
+        if name in self._baselines:
+            return self._baselines[name]
+        from gpuemu import load
+
+        api = self.plane.api
+        self.plane.reset(BARE)
+        token = ""
+        namespaces = []
+        if portal:
+            for manifest in PORTAL_MANIFESTS:
+                api.apply_file(manifest)
+            token = api.issue_token(*PORTAL_SERVICE_ACCOUNT, 24 * 3600, None)
+            namespaces.append(PORTAL_SERVICE_ACCOUNT[0])
+        if operator is not None:
+            load(api, {"gpuOperator": operator})
+            namespaces.append(str(operator.get("namespace") or OPERATOR_NAMESPACE))
+        _settle(api, namespaces)
+        self.plane.mark_baseline(name)
+        self._baselines[name] = Baseline(name, token)
+        return self._baselines[name]
 
     def stop(self) -> None:
         import shutil
@@ -73,6 +114,29 @@ class _Session:
         self.plane.stop()
         if not self.plane.failure:  # a dead component's logs stay for reading
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _settle(api: KubeAPI, namespaces: list[str]) -> None:
+    """Wait for what controllers add on their own, so that a baseline holds it and a reset
+    does not take it away again under them: each namespace's ``default`` ServiceAccount and
+    ``kube-root-ca.crt`` ConfigMap (the serviceaccount and root-ca-cert-publisher
+    controllers), each DaemonSet's status for its generation (the daemonset controller)."""
+
+    def settled(ns: str) -> bool:
+        try:
+            api.get("serviceaccounts", "default", ns)
+            api.get("configmaps", "kube-root-ca.crt", ns)
+        except KubeError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return all(
+            (ds.get("status") or {}).get("observedGeneration") == ds["metadata"]["generation"]
+            for ds in api.list("daemonsets", ns)
+        )
+
+    for ns in namespaces:
+        wait_for(lambda ns=ns: settled(ns), what=f"namespace {ns} settled for the baseline")
 
 
 def available() -> bool:
@@ -135,9 +199,13 @@ class RealCluster:
     real = True
 
     def __init__(self, fleet: Any, tmp_path: Path, *, portal: bool = True, **options: Any):
+        from simcluster.fleet import Fleet, load_fleet
+
+        self.fleet = fleet if isinstance(fleet, Fleet) else load_fleet(fleet)
         self.session = session()
         self.plane = self.session.plane
-        self.plane.reset()
+        self.baseline = self.session.baseline(portal=portal, operator=self.fleet.gpu_operator)
+        self.plane.reset(self.baseline.name)
         self.session.proxy.faults.reset()
         self.api: KubeAPI = self.plane.api
         self.faults = Faults(self)
@@ -147,25 +215,17 @@ class RealCluster:
         self.emulator = None
         self.admin_kubeconfig_path = tmp_path / "admin.kubeconfig"
         self.admin_kubeconfig_path.write_text(self.plane.admin_kubeconfig.read_text())
-        if portal:
-            self.install_portal(tmp_path)
-        self._load(fleet, options)
+        if portal:  # the manifests are in the baseline; the kubeconfig is this test's
+            self.portal_token = self.baseline.portal_token
+            self.kubeconfig_path = self.write_kubeconfig(
+                tmp_path / "kubeconfig", token=self.portal_token, user="gpu-quota-portal"
+            )
+        self._load(options)
 
-    def install_portal(self, tmp_path: Path) -> None:
-        """The portal's manifests, and a kubeconfig with a token of its ServiceAccount."""
-        for manifest in PORTAL_MANIFESTS:
-            self.api.apply_file(manifest)
-        self.portal_token = self.issue_token(*PORTAL_SERVICE_ACCOUNT, expiration_s=24 * 3600)
-        self.kubeconfig_path = self.write_kubeconfig(
-            tmp_path / "kubeconfig", token=self.portal_token, user="gpu-quota-portal"
-        )
-
-    def _load(self, fleet: Any, options: dict[str, Any]) -> None:
+    def _load(self, options: dict[str, Any]) -> None:
         from gpuemu import Emulator, Options, load
-        from simcluster.fleet import Fleet, load_fleet
 
-        self.fleet = fleet if isinstance(fleet, Fleet) else load_fleet(fleet)
-        load(self.api, self.fleet)
+        load(self.api, self.fleet, operator=False)  # the operator is in the baseline
         self.emulator = Emulator(self.api, Options.from_fleet(self.fleet, **options)).start()
 
     # -------------------------------------------------------------- lifecycle
