@@ -45,6 +45,7 @@ MIG_FAULTS = ("mig_fail", "mig_stuck", "mig_reboot")
 _lock = threading.Lock()
 _shared: _Session | None = None
 BARE = "default"  # the session's first baseline: the operator's namespace and CRD
+PORTAL = "portal"  # BARE and the portal's manifests
 
 
 @dataclass(frozen=True)
@@ -81,24 +82,25 @@ class _Session:
             self.plane.stop()
             raise
         self._baselines: dict[str, Baseline] = {}
+        self.portal_token = ""
 
     def baseline(self, *, portal: bool, operator: dict[str, Any] | None) -> Baseline:
         """The baseline with the portal's manifests (or not) and this GPU Operator (``None``:
-        none), made now when it is the first test to need it."""
+        none), made now when it is the first test to need it. Every baseline with the portal
+        grows from one with only the portal, so its ServiceAccount keeps one uid and one
+        token stays valid across them (a token names the uid it was issued for)."""
         name = f"portal={portal} operator={json.dumps(operator, sort_keys=True)}"
         if name in self._baselines:
             return self._baselines[name]
         from gpuemu import load
 
         api = self.plane.api
-        self.plane.reset(BARE)
-        token = ""
-        namespaces = []
+        token, namespaces = "", []
         if portal:
-            for manifest in PORTAL_MANIFESTS:
-                api.apply_file(manifest)
-            token = api.issue_token(*PORTAL_SERVICE_ACCOUNT, 24 * 3600, None)
-            namespaces.append(PORTAL_SERVICE_ACCOUNT[0])
+            token = self._portal_baseline()
+            self.plane.reset(PORTAL)
+        else:
+            self.plane.reset(BARE)
         if operator is not None:
             load(api, {"gpuOperator": operator})
             namespaces.append(str(operator.get("namespace") or OPERATOR_NAMESPACE))
@@ -106,6 +108,19 @@ class _Session:
         self.plane.mark_baseline(name)
         self._baselines[name] = Baseline(name, token)
         return self._baselines[name]
+
+    def _portal_baseline(self) -> str:
+        """The portal's manifests on the bare baseline, and a token of its ServiceAccount."""
+        if not self.portal_token:
+            api = self.plane.api
+            self.plane.reset(BARE)
+            for manifest in PORTAL_MANIFESTS:
+                api.apply_file(manifest)
+            token = api.issue_token(*PORTAL_SERVICE_ACCOUNT, 24 * 3600, None)
+            _settle(api, [PORTAL_SERVICE_ACCOUNT[0]])
+            self.plane.mark_baseline(PORTAL)
+            self.portal_token = token
+        return self.portal_token
 
     def stop(self) -> None:
         import shutil

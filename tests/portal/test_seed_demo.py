@@ -78,19 +78,23 @@ def test_seed_demo_is_idempotent_and_makes_the_roles_visible(demo_sim, capsys, s
 
 
 def test_seed_demo_second_cluster_runs_kueue_with_admitted_borrowing_and_queued_work(
-    demo_sim, tmp_path, settings
+    tmp_path, settings
 ):
     from kubernetes import client, config
 
+    from devstack.kubeapi import wait_for
     from quotas.models import TeamQueue
     from tests import kubesim
 
     settings.DATA_DIR = tmp_path
     (tmp_path / "k").mkdir()
     sim = kubesim.start("simcluster/fleets/demo-kueue.yaml", tmp_path / "k")
+    # One control plane serves the session: the first cluster is left unreachable on purpose
+    # (its token refused), as seed_demo allows (it skips that cluster's sample requests).
+    demo = sim.write_kubeconfig(tmp_path / "demo.kubeconfig", token="refused", user="nobody")
     try:
         for _ in range(2):  # idempotent
-            call_command("seed_demo", kubeconfig=str(demo_sim),
+            call_command("seed_demo", kubeconfig=str(demo),
                          kueue_kubeconfig=str(sim.kubeconfig_path),
                          kueue_admin_kubeconfig=str(sim.admin_kubeconfig_path))  # fmt: skip
         research = Cluster.objects.get(slug="research")
@@ -108,10 +112,16 @@ def test_seed_demo_second_cluster_runs_kueue_with_admitted_borrowing_and_queued_
         assert job["gpus"] == {"nvidia.com/gpu": 8}
         assert job["selector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
         api = config.new_client_from_config(config_file=str(sim.admin_kubeconfig_path))
-        pods = client.CoreV1Api(api).list_namespaced_pod("ml-vision").items
+
+        def bound():  # Kueue admitted it; kube-scheduler binds it a moment later
+            pods = client.CoreV1Api(api).list_namespaced_pod("ml-vision").items
+            nodes = {p.metadata.name: p.spec.node_name for p in pods}
+            return pods if (nodes["detr-train-2"] or "").startswith("h100-") else None
+
+        pods = wait_for(bound, what="detr-train-2 bound to an H100 node")
         api.close()
         nodes = {p.metadata.name: p.spec.node_name for p in pods}
-        assert nodes["sam-finetune"] is None and nodes["detr-train-2"].startswith("h100-")
+        assert nodes["sam-finetune"] is None  # queued by Kueue: gated, never bound
         # The flavor's toleration let them onto the tainted H100 nodes.
         tolerations = {t.key for p in pods for t in p.spec.tolerations or []}
         assert "nvidia.com/gpu" in tolerations
