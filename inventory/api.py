@@ -19,6 +19,7 @@ from rest_framework.decorators import action, api_view
 from rest_framework.response import Response
 
 from .connect import CONNECT_FIELDS, connect, describe, rerun
+from .figures import DEFINITIONS
 from .filters import NodeFilter
 from .health import node_badges, usual_drivers
 from .models import Cluster, GpuPod, Node, NodeResource, SyncRun
@@ -168,11 +169,14 @@ class PreflightRefusedSerializer(serializers.Serializer):
 
 
 class NodeResourceSerializer(serializers.ModelSerializer):
-    free = serializers.IntegerField(read_only=True)
+    requested = serializers.IntegerField(
+        read_only=True, help_text="what bound, unfinished pods request on the node"
+    )
+    idle = serializers.IntegerField(read_only=True, help_text=f"idle now: {DEFINITIONS['idle']}")
 
     class Meta:
         model = NodeResource
-        fields = ["resource", "capacity", "allocatable", "requested", "free"]
+        fields = ["resource", "capacity", "allocatable", "requested", "idle"]
 
 
 class BadgeSerializer(serializers.Serializer):
@@ -370,8 +374,8 @@ class ResourceTotalsSerializer(serializers.Serializer):
     resource = serializers.CharField()
     capacity = serializers.IntegerField()
     allocatable = serializers.IntegerField()
-    requested = serializers.IntegerField()
-    free = serializers.IntegerField()
+    requested = serializers.IntegerField(help_text="what bound, unfinished pods request")
+    idle = serializers.IntegerField(help_text=f"idle now: {DEFINITIONS['idle']}")
 
 
 class ProductSummarySerializer(serializers.Serializer):
@@ -401,7 +405,8 @@ class ProductSummarySerializer(serializers.Serializer):
 )
 @api_view(["GET"])
 def inventory_summary(request):
-    """Per GPU product: nodes, GPUs, capacity / allocatable / requested / free per resource."""
+    """Per GPU product: nodes, GPUs, capacity / allocatable / requested / idle now per
+    resource, all clusters added together unless ``cluster`` names one."""
     nodes = Node.objects.all()
     slug = request.query_params.get("cluster")
     if slug:

@@ -1,10 +1,9 @@
-"""``/api/v1/gpu-classes/``: every signed-in user reads the classes (with what is free in
-each, by the one definition of quotas.capacity); admins create, edit and delete them."""
+"""``/api/v1/gpu-classes/``: every signed-in user reads the classes (with idle now and free
+to grant in each, quotas/figures.py); admins create, edit and delete them."""
 
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.utils import timezone
 from drf_spectacular.utils import (
     OpenApiParameter,
     extend_schema,
@@ -16,20 +15,31 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
 from . import classes
+from .figures import DEFINITIONS
 from .models import Cluster, GpuClass
 
 NOT_ENFORCED = "class not enforced by Kubernetes on this cluster"
 
 
 class ClassCapacitySerializer(serializers.Serializer):
+    """One resource of a class: the nodes' figures and the grants' (quotas/figures.py)."""
+
     resource = serializers.CharField()
-    allocatable = serializers.IntegerField()
-    limit = serializers.IntegerField(help_text="allocatable x overcommit ratio")
-    reserved = serializers.IntegerField(help_text="what this class's grants reserve at peak")
-    held_beyond_grants = serializers.IntegerField(source="beyond")
-    pool_free = serializers.IntegerField(source="pool.free", help_text="all classes")
-    free = serializers.IntegerField(
-        help_text="what a permanent grant from now could get: min(class free, pool free)"
+    unit = serializers.CharField(help_text="GPUs, instances (MIG) or replicas (time-sliced)")
+    allocatable = serializers.IntegerField(help_text="on the class's present nodes")
+    requested = serializers.IntegerField(
+        help_text="what bound, unfinished pods request on the class's nodes"
+    )
+    idle = serializers.IntegerField(help_text=f"idle now: {DEFINITIONS['idle']}")
+    limit = serializers.IntegerField(source="room.limit", help_text="allocatable x overcommit")
+    granted = serializers.IntegerField(help_text="what this class's grants reserve at peak")
+    held_beyond_grants = serializers.IntegerField(source="room.beyond")
+    pool_free_to_grant = serializers.IntegerField(
+        source="room.pool.free", help_text="free to grant in the whole cluster, all classes"
+    )
+    free_to_grant = serializers.IntegerField(
+        help_text=f"free to grant: {DEFINITIONS['free_to_grant']} For a permanent grant from "
+        "now: min(class, pool)."
     )
 
 
@@ -77,13 +87,12 @@ class GpuClassSerializer(serializers.ModelSerializer):
 
 
 def _figures(objs: list[GpuClass]) -> dict:
-    from quotas.capacity import Capacity  # quotas builds on inventory
+    from quotas.figures import class_figures  # quotas builds on inventory
 
-    if not objs:
-        return {}
-    now = timezone.now()
-    cap = Capacity({c.cluster_id for c in objs}, {r for c in objs for r in c.resources}, now=now)
-    return {c.pk: [cap.free(c.cluster_id, c, r, now, None) for r in c.resources] for c in objs}
+    figures: dict = {}
+    for f in class_figures(classes=objs):
+        figures.setdefault(f.gpu_class.pk, []).append(f)
+    return figures
 
 
 class GpuClassErrorSerializer(serializers.Serializer):
@@ -105,7 +114,8 @@ class GpuClassViewSet(
 ):
     """GPU classes per cluster: derived from the inventory (one per ``gpu.product``;
     time-sliced products their own, with their replica factor) or defined by admins, each
-    with what is free in it now (quotas.capacity: the figure the approval queue shows).
+    with, per resource, allocatable, requested, idle now, granted and free to grant
+    (quotas/figures.py: the figures the fleet page and the approval queue show).
     Everyone signed in reads; admins write (name, selector, weight; cluster and slug on
     create). A class that grants or requests name cannot be deleted (409)."""
 

@@ -269,7 +269,8 @@ class NodeResource(models.Model):
         return self.capacity - self.allocatable
 
     @property
-    def free(self) -> int:
+    def idle(self) -> int:
+        """Idle now on this node (inventory/figures.py): never below 0."""
         return max(self.allocatable - self.requested, 0)
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from django.db.models import Count, Q, QuerySet, Sum
-from django.utils import timezone
 
-from .models import GPU_RESOURCE, GpuClass, Node, NodeResource, base_product
+from .figures import IDLE
+from .models import GPU_RESOURCE, Node, NodeResource, base_product
 
 
 @dataclass
@@ -16,12 +16,7 @@ class ResourceTotals:
     capacity: int = 0
     allocatable: int = 0
     requested: int = 0
-
-    @property
-    def free(self) -> int:
-        """Allocatable not requested by pods (the scheduler's view). Not what grants may
-        still take: that is quotas.capacity's free, per class (:func:`class_figures`)."""
-        return max(self.allocatable - self.requested, 0)
+    idle: int = 0  # idle now, summed per node (inventory/figures.py)
 
     @property
     def unhealthy(self) -> int:
@@ -83,7 +78,9 @@ def fleet_summary(nodes: QuerySet[Node] | None = None) -> list[ProductSummary]:
     resource_rows = (
         NodeResource.objects.filter(node__in=nodes)
         .values("node__gpu_product", "resource")
-        .annotate(cap=Sum("capacity"), alloc=Sum("allocatable"), req=Sum("requested"))
+        .annotate(
+            cap=Sum("capacity"), alloc=Sum("allocatable"), req=Sum("requested"), idle=Sum(IDLE)
+        )
     )
     for row in resource_rows:
         summary = products[base_product(row["node__gpu_product"])]
@@ -91,6 +88,7 @@ def fleet_summary(nodes: QuerySet[Node] | None = None) -> list[ProductSummary]:
         totals.capacity += row["cap"] or 0
         totals.allocatable += row["alloc"] or 0
         totals.requested += row["req"] or 0
+        totals.idle += row["idle"] or 0
     return sorted(products.values(), key=lambda p: p.product)
 
 
@@ -107,36 +105,5 @@ def fleet_totals(summaries: list[ProductSummary]) -> ProductSummary:
             t.capacity += r.capacity
             t.allocatable += r.allocatable
             t.requested += r.requested
+            t.idle += r.idle
     return total
-
-
-@dataclass
-class ClassFigure:
-    """One GPU class and resource with the grantable free figure of quotas.capacity."""
-
-    gpu_class: GpuClass
-    resource: str
-    room: object  # quotas.capacity.Headroom
-
-    @property
-    def free(self) -> int:
-        return self.room.free
-
-
-def class_figures(clusters, now=None) -> list[ClassFigure]:
-    """Per GPU class of ``clusters`` and resource it covers: what a permanent grant from
-    now could still get. The very function the approval and the queue use
-    (``quotas.capacity.Capacity.free``), so the fleet page and the queue agree."""
-    from quotas.capacity import Capacity  # quotas builds on inventory, not the reverse
-
-    cluster_ids = [c.pk for c in clusters]
-    classes = list(GpuClass.objects.filter(cluster_id__in=cluster_ids).select_related("cluster"))
-    if not classes:
-        return []
-    now = timezone.now() if now is None else now
-    capacity = Capacity(cluster_ids, {r for c in classes for r in c.resources}, now=now)
-    return [
-        ClassFigure(cls, resource, capacity.free(cls.cluster_id, cls, resource, now, None))
-        for cls in sorted(classes, key=lambda c: (c.cluster.name, c.name))
-        for resource in cls.resources
-    ]

@@ -26,7 +26,7 @@ from .forms import ClusterForm
 from .health import node_badges, usual_drivers, with_suspects
 from .models import GPU_RESOURCE, Cluster, Node
 from .preflight import report_from
-from .summary import class_figures, fleet_summary, fleet_totals
+from .summary import fleet_summary, fleet_totals
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,12 @@ def _annotate_node(node: Node, usual: dict[str, str]) -> Node:
     return node
 
 
+def _class_figures(clusters):
+    from quotas.figures import class_figures  # quotas builds on inventory
+
+    return class_figures(clusters)
+
+
 @login_required
 def fleet(request: HttpRequest) -> HttpResponse:
     clusters = list(Cluster.objects.all())
@@ -73,7 +79,7 @@ def fleet(request: HttpRequest) -> HttpResponse:
             "stale_clusters": [c for c in clusters if c.is_stale and c.sync_enabled],
             "summaries": summaries,
             "totals": fleet_totals(summaries),
-            "class_figures": class_figures(clusters),
+            "class_figures": _class_figures(clusters),
         },
     )
 

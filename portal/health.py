@@ -147,15 +147,17 @@ class InventoryCollector:
 
     @staticmethod
     def _classes():
-        """Per GPU class: the fleet page's "By GPU class" figures (inventory.summary
-        class_figures, i.e. quotas.capacity's one definition of free)."""
-        from inventory.summary import class_figures
+        """Per GPU class: the fleet page's "By GPU class" figures (quotas.figures)."""
+        from inventory.figures import DEFINITIONS
+        from quotas.figures import class_figures
 
         helps = {
             "allocatable": "Allocatable of the resource on the class's nodes",
-            "reserved": "What grants of the class reserve at peak from now",
+            "requested": "What bound, unfinished pods request on the class's nodes",
+            "idle": f"Idle now: {DEFINITIONS['idle']}",
+            "granted": "What grants of the class reserve at peak from now",
             "held_beyond_grants": "What scheduled pods hold beyond their namespace's grants",
-            "free": "Free to grant in the class now (capped by the cluster's pool)",
+            "free_to_grant": f"Free to grant: {DEFINITIONS['free_to_grant']} Capped by the pool.",
         }
         families = {
             key: GaugeMetricFamily(
@@ -165,8 +167,9 @@ class InventoryCollector:
         }
         for f in class_figures(list(Cluster.objects.all())):
             labels = [f.gpu_class.cluster.slug, f.gpu_class.slug, f.resource]
-            values = {"allocatable": f.room.allocatable, "reserved": f.room.reserved,
-                      "held_beyond_grants": f.room.beyond, "free": f.free}  # fmt: skip
+            values = {"allocatable": f.allocatable, "requested": f.requested, "idle": f.idle,
+                      "granted": f.granted, "held_beyond_grants": f.room.beyond,
+                      "free_to_grant": f.free_to_grant}  # fmt: skip
             for key, family in families.items():
                 family.add_metric(labels, values[key])
         yield from families.values()

@@ -152,7 +152,8 @@ class Capacity:
     allocatable and the total within the pool's, the any-class grants always fit in what
     the classes leave. Pods hold capacity beyond grants where a namespace's scheduled pods
     request more than its active grants (in a class: more on the class's nodes than its
-    class grants plus its any-class grants); namespaces without grants count in full.
+    grants of that class; what an any-class grant covers still holds the class it runs
+    on); namespaces without grants count in full.
     """
 
     def __init__(self, cluster_ids, resources=None, *, now: datetime | None = None,
@@ -216,13 +217,14 @@ class Capacity:
         self.beyond_ns: dict[tuple, int] = defaultdict(int)
         for (cluster_id, ns, resource), per_class in used.items():
             grant = granted.get((cluster_id, ns, resource), {})
-            any_class = grant.get(None, 0)
             over = max(sum(per_class.values()) - sum(grant.values()), 0)
             self.beyond[(cluster_id, POOL, resource)] += over
             self.beyond_ns[(cluster_id, POOL, resource, ns)] = over
             for class_id, n in per_class.items():
                 if class_id is not None:
-                    over = max(n - grant.get(class_id, 0) - any_class, 0)
+                    # An any-class grant reserves against the pool only, so the pods it
+                    # covers hold the class they run on (DESIGN.md, "free to grant").
+                    over = max(n - grant.get(class_id, 0), 0)
                     self.beyond[(cluster_id, class_id, resource)] += over
                     self.beyond_ns[(cluster_id, class_id, resource, ns)] = over
 

@@ -360,3 +360,28 @@ def class_rows(tq: TeamQueue, now: datetime | None = None) -> list[ClassQueueRow
                 rows.append(ClassQueueRow(cls, res, amount, int(used.get("total", 0)),
                                           int(used.get("borrowed", 0))))  # fmt: skip
     return rows
+
+
+def cohort_lendable(tq: TeamQueue, now: datetime | None = None) -> dict:
+    """{(class id, resource): GPUs} that the cohort's other portal-managed ClusterQueues on
+    the cluster leave for borrowing now: each queue's nominal quota minus what its admitted
+    workloads hold (``flavorsUsage`` as last read), at most its lending limit; negative
+    where they hold more than their quota (they borrowed it). Queues the portal does not
+    manage are not counted. One query for the queues, one per queue for its grants."""
+    out: dict = defaultdict(int)
+    if not tq.cohort:
+        return {}
+    others = TeamQueue.objects.filter(cluster=tq.cluster, cohort=tq.cohort).exclude(pk=tq.pk)
+    classes = classes_of(tq.cluster)
+    for other in others.select_related("team", "cluster"):
+        quota = nominal(other.team, other.cluster, now)
+        usage = (other.status or {}).get("usage") or {}
+        for cls in classes:
+            for res in cls.resources:
+                unused = quota.get((cls.pk, res), 0) - int(
+                    (usage.get(f"{flavor_name(cls)}/{res}") or {}).get("total", 0)
+                )
+                if unused > 0 and other.lending_limit is not None:
+                    unused = min(unused, other.lending_limit)
+                out[(cls.pk, res)] += unused
+    return dict(out)

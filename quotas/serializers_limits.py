@@ -10,6 +10,8 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from inventory.figures import DEFINITIONS
+
 from . import preview
 from .models import ForeignQuota, TeamNamespace
 
@@ -43,6 +45,34 @@ class EffectiveLimitSerializer(serializers.Serializer):
         return [{"quota": q, "limit": v} for q, v in row.outside]
 
 
+class UsableSerializer(serializers.Serializer):
+    """Usable by the team (quotas/figures.py): what the namespace can start now."""
+
+    resource = serializers.CharField()
+    gpu_class = serializers.CharField(
+        source="gpu_class.slug", read_only=True, allow_null=True, default=None,
+        help_text="the class slug of a Kueue ClusterQueue row (null on ResourceQuota clusters)",
+    )  # fmt: skip
+    limit = serializers.IntegerField(
+        allow_null=True,
+        help_text="the effective limit: every quota that binds, or the Kueue queue's nominal "
+        "quota plus what it may borrow now; null when no quota limits the namespace",
+    )
+    used = serializers.IntegerField(
+        help_text="what counts against it: non-terminal pods' requests (ResourceQuota) or "
+        "what admitted workloads hold (Kueue)"
+    )
+    usable = serializers.IntegerField(
+        allow_null=True, help_text=f"usable by the team: {DEFINITIONS['usable']} Null: no limit"
+    )
+    binding = serializers.CharField(help_text="what sets the limit, in words")
+    nominal = serializers.IntegerField(allow_null=True, help_text="Kueue: the queue's quota")
+    may_borrow = serializers.IntegerField(
+        help_text="Kueue: what the cohort's other queues leave now (negative: they borrowed)"
+    )
+    borrowed = serializers.IntegerField(help_text="Kueue: held above the nominal quota")
+
+
 class ForeignQuotaSerializer(serializers.ModelSerializer):
     decision = serializers.CharField(read_only=True)
     scoped = serializers.BooleanField(read_only=True)
@@ -65,6 +95,7 @@ class NamespaceLimitsSerializer(serializers.ModelSerializer):
 
     cluster = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     effective_limits = serializers.SerializerMethodField()
+    usable = serializers.SerializerMethodField()
     foreign_quotas = serializers.SerializerMethodField()
     needs_confirmation = serializers.SerializerMethodField(
         help_text="keys a held apply would set below usage: {key: {hard, was, used}}"
@@ -72,7 +103,7 @@ class NamespaceLimitsSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = TeamNamespace
-        fields = ["id", "cluster", "name", "effective_limits", "foreign_quotas",
+        fields = ["id", "cluster", "name", "effective_limits", "usable", "foreign_quotas",
                   "needs_confirmation"]  # fmt: skip
         read_only_fields = fields
 
@@ -86,6 +117,12 @@ class NamespaceLimitsSerializer(serializers.ModelSerializer):
     def get_effective_limits(self, ns) -> list[dict]:
         rows = self._state(ns).effective.values()
         return [EffectiveLimitSerializer(r).data | {"text": r.text()} for r in rows]
+
+    @extend_schema_field_list(UsableSerializer)
+    def get_usable(self, ns) -> list[dict]:
+        from .figures import usable
+
+        return UsableSerializer(usable(self._state(ns)), many=True).data
 
     @extend_schema_field_list(ForeignQuotaSerializer)
     def get_foreign_quotas(self, ns) -> list[dict]:

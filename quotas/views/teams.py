@@ -15,6 +15,7 @@ from inventory.models import GpuClass
 
 from .. import demand, kueue, offclass, preview
 from ..capacity import bulk_limits
+from ..figures import usable
 from ..limits import EffectiveLimit
 from ..models import (
     Grant,
@@ -43,6 +44,7 @@ class ResourceRow:
     effective: EffectiveLimit | None = None
     pending: object = None  # quotas.demand.Demand of unscheduled pending pods
     pending_classes: list = field(default_factory=list)  # [(class name, GPUs)] of it
+    usable: object = None  # quotas.figures.Usable (ResourceQuota clusters)
 
     @property
     def scale(self) -> int:
@@ -85,6 +87,7 @@ class QueueView:
     name: str
     rows: list  # quotas.kueue.ClassQueueRow
     namespaces: int
+    usable: list = field(default_factory=list)  # quotas.figures.Usable, one per row
 
 
 def queue_views(namespaces: list[TeamNamespace], states: dict) -> dict:
@@ -99,7 +102,11 @@ def queue_views(namespaces: list[TeamNamespace], states: dict) -> dict:
         if queue is not None:
             tq, rows = queue
             out[(ns.team_id, ns.cluster_id)] = QueueView(
-                tq, kueue.queue_name(tq.team), rows, counts[(ns.team_id, ns.cluster_id)]
+                tq,
+                kueue.queue_name(tq.team),
+                rows,
+                counts[(ns.team_id, ns.cluster_id)],
+                usable(states[ns.pk]),
             )
     return out
 
@@ -153,6 +160,7 @@ def teams(request: HttpRequest) -> HttpResponse:
             view.ended.append(g)
     for view in views.values():
         ns = view.ns
+        usable_now = {} if view.queue else {u.resource: u for u in usable(view.state)}
         names = {r for (c, r) in limits if c == ns.cluster_id}
         names |= {r for (n, r) in granted if n == ns.pk} | {r for (n, r) in usage if n == ns.pk}
         names |= set(view.state.effective)
@@ -167,6 +175,7 @@ def teams(request: HttpRequest) -> HttpResponse:
                     effective=view.state.effective.get(resource),
                     pending=waiting.get((ns.pk, resource)),
                     pending_classes=_by_class(waiting.get((ns.pk, resource)), class_names),
+                    usable=usable_now.get(resource),
                 )
             )
         view.ended = sorted(view.ended, key=lambda g: g.ended_at or g.ends_at, reverse=True)[

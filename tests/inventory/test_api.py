@@ -124,7 +124,7 @@ def test_summary_per_product(researcher_api, fleet):
     a100 = products["NVIDIA-A100-SXM4-80GB"]
     gpu = next(r for r in a100["resources"] if r["resource"] == "nvidia.com/gpu")
     assert a100["nodes"] == 4 and a100["gpus"] == 32 and a100["mig_enabled_nodes"] == 1
-    assert (gpu["capacity"], gpu["allocatable"], gpu["requested"], gpu["free"]) == (24, 22, 8, 14)
+    assert (gpu["capacity"], gpu["allocatable"], gpu["requested"], gpu["idle"]) == (24, 22, 8, 14)
     mig = next(r for r in a100["resources"] if r["resource"] == "nvidia.com/mig-1g.10gb")
     assert (mig["allocatable"], mig["requested"]) == (56, 5)
     assert products["NVIDIA-L40S"]["time_sliced_nodes"] == 1

@@ -108,7 +108,7 @@ def test_fleet_shows_per_product_numbers(as_researcher):
     html = response.content.decode()
     assert "14 of 16 allocatable" in html
     assert "6 requested" in html
-    assert "8 unrequested" in html
+    assert "8 idle now" in html
     assert "2 unhealthy" in html
     assert "nvidia.com/mig-1g.10gb" in html
     # Fleet totals: 16 + 32 capacity, 6 + 30 requested.

@@ -84,14 +84,14 @@ def test_pods_beyond_their_grants_hold_capacity_in_their_class(fleet):
     c, h100, now = fleet["cluster"], fleet["h100"], timezone.now()
     h1 = fleet["h100"].nodes.get(name="h1")
     make_pod(h1, "stray", namespace="no-grants", gpus=3)  # a namespace the portal does not manage
-    make_grant(fleet["ns"], 4)  # any class covers its 4 pods on H100
+    make_grant(fleet["ns"], 4)  # any class: reserves the pool only, so its pods hold H100s
     make_pod(h1, "vision-0", namespace="ml-vision", gpus=4)
     make_grant(fleet["other"], 2, gpu_class=fleet["a100"])  # granted A100, runs on H100
     make_pod(h1, "nlp-0", namespace="nlp", gpus=2)
     GpuPod.objects.create(cluster=c, namespace="no-grants", name="pending", phase="Pending",
                           requests={GPU: 8})  # fmt: skip
     room = free(c, h100, GPU, now, None)
-    assert (room.reserved, room.beyond, room.free) == (0, 3 + 2, 16 - 5)
+    assert (room.reserved, room.beyond, room.free) == (0, 3 + 4 + 2, 16 - 9)
     pool = room.pool  # 6 reserved; only the stray pod is beyond (nlp's 2 are within its 2)
     assert (pool.reserved, pool.beyond, pool.free) == (6, 3, 56 - 6 - 3)
 
@@ -148,17 +148,17 @@ def test_fleet_page_and_queue_show_the_same_free_h100_figure(client, fleet):
     (fig,) = [f for f in page.context["class_figures"]
               if f.gpu_class == fleet["h100"] and f.resource == GPU]  # fmt: skip
     # H100: 16 - 5 - 2 = 9; pool: 56 - 45 - 2 = 9 as well, so the smaller is 9.
-    assert row["room"].free == fig.free == 9
-    assert f'data-class-free="{fleet["h100"].slug}/{GPU}">9' in page.content.decode()
+    assert row["room"].free == fig.free_to_grant == 9
+    assert f'data-class-free="prod/{fleet["h100"].slug}/{GPU}">9' in page.content.decode()
     body = client.get(reverse("quotas:queue")).content.decode()
     assert "class not enforced by Kubernetes on this cluster" in body
     api = client.get("/api/v1/gpu-classes/", {"cluster": "prod"}).json()
     (h100,) = [c for c in api["results"] if c["slug"] == fleet["h100"].slug]
-    assert [x["free"] for x in h100["capacity"] if x["resource"] == GPU] == [9]
+    assert [x["free_to_grant"] for x in h100["capacity"] if x["resource"] == GPU] == [9]
     metrics = client.get("/metrics").content.decode()  # a staff session may scrape
     labels = f'cluster="prod",gpu_class="{fleet["h100"].slug}",resource="{GPU}"'
-    assert f"portal_gpu_class_free{{{labels}}} 9.0" in metrics
-    assert f"portal_gpu_class_reserved{{{labels}}} 5.0" in metrics
+    assert f"portal_gpu_class_free_to_grant{{{labels}}} 9.0" in metrics
+    assert f"portal_gpu_class_granted{{{labels}}} 5.0" in metrics
     assert f"portal_gpu_class_held_beyond_grants{{{labels}}} 2.0" in metrics
     assert Capacity([fleet["cluster"].pk]).free(
         fleet["cluster"].pk, fleet["h100"], GPU, timezone.now(), None

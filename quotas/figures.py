@@ -1,0 +1,180 @@
+"""Per GPU class: idle now and free to grant side by side (inventory/figures.py names them).
+
+:func:`class_figures` is what the fleet page, ``GET /api/v1/gpu-classes/`` and ``/metrics``
+show for each class: the nodes' figures (allocatable, requested by bound pods, idle now:
+:func:`inventory.figures.idle_now`) and the grants' (granted, free to grant:
+:meth:`quotas.capacity.Capacity.free` for a permanent grant from now). Each figure comes
+from its one function; this module only puts them together, in a fixed number of queries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.utils import timezone
+
+from inventory.figures import NodeFigures, idle_now
+from inventory.models import GpuClass
+
+from .capacity import Capacity, Headroom
+
+
+@dataclass(frozen=True)
+class ClassFigure:
+    """One GPU class and resource: its nodes' figures and its grant headroom."""
+
+    gpu_class: GpuClass
+    resource: str
+    nodes: NodeFigures
+    room: Headroom
+
+    @property
+    def allocatable(self) -> int:
+        return self.nodes.allocatable
+
+    @property
+    def requested(self) -> int:
+        return self.nodes.requested
+
+    @property
+    def idle(self) -> int:
+        return self.nodes.idle
+
+    @property
+    def granted(self) -> int:
+        """What this class's grants reserve at peak from now on."""
+        return self.room.reserved
+
+    @property
+    def free_to_grant(self) -> int:
+        return self.room.free
+
+    @property
+    def unit(self) -> str:
+        """``replicas`` for a time-sliced class (never added to physical GPUs), else ``GPUs``
+        (a MIG resource counts instances)."""
+        if self.gpu_class.time_sliced:
+            return "replicas"
+        return "GPUs" if self.resource == "nvidia.com/gpu" else "instances"
+
+
+def class_figures(clusters=None, *, classes=None, now=None) -> list[ClassFigure]:
+    """Per GPU class of ``clusters`` (or the given ``classes``) and each resource it covers,
+    ordered by cluster and class name."""
+    if classes is None:
+        cluster_ids = [c.pk for c in clusters]
+        classes = GpuClass.objects.filter(cluster_id__in=cluster_ids).select_related("cluster")
+    classes = list(classes)
+    if not classes:
+        return []
+    cluster_ids = {c.cluster_id for c in classes}
+    resources = {r for c in classes for r in c.resources}
+    now = timezone.now() if now is None else now
+    capacity = Capacity(cluster_ids, resources, now=now)
+    nodes = idle_now(cluster_ids, resources)
+    return [
+        ClassFigure(
+            cls,
+            resource,
+            nodes.get((cls.cluster_id, cls.pk, resource)) or NodeFigures(resource),
+            capacity.free(cls.cluster_id, cls, resource, now, None),
+        )
+        for cls in sorted(classes, key=lambda c: (c.cluster.name, c.name))
+        for resource in cls.resources
+    ]
+
+
+# -- usable by the team -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Usable:
+    """One resource (of one class, on a Kueue cluster) of a namespace: what it can start now.
+
+    ``limit`` is the effective limit: on a ResourceQuota cluster the smallest of every
+    unscoped quota that binds (the portal's as the cluster enforces it, and any other);
+    on a Kueue cluster the team's ClusterQueue nominal quota for the class plus what it
+    may borrow now. ``used`` is what counts against it (ResourceQuota: every non-terminal
+    pod, pending ones included, since the quota charges a pod at creation; Kueue: what
+    admitted workloads hold).
+    """
+
+    resource: str
+    limit: int | None  # None: no quota limits it (ResourceQuota cluster)
+    used: int
+    binding: str  # what sets the limit, in words
+    gpu_class: GpuClass | None = None
+    nominal: int | None = None  # Kueue: the queue's quota for the class
+    may_borrow: int = 0  # Kueue: what the cohort's other queues leave unused, capped
+    borrowed: int = 0  # Kueue: what admitted workloads hold above the nominal quota
+    outside_binds: bool = False  # a quota the portal does not manage sets the limit
+
+    @property
+    def usable(self) -> int | None:
+        return None if self.limit is None else max(self.limit - self.used, 0)
+
+
+def usable(state, now=None) -> list[Usable]:
+    """THE definition of usable by the team (inventory/figures.py), for one namespace's
+    :class:`quotas.preview.NamespaceState`.
+
+    On a ResourceQuota cluster only quotas that exist there bind: the portal's as the
+    cluster holds it (its ``status.hard`` as last read; a grant not applied yet adds
+    nothing usable) and every unscoped foreign one. With none, nothing limits the
+    namespace (``limit`` None)."""
+    from django.conf import settings
+
+    from .limits import PREFIX, _int
+
+    if state.kueue is not None:
+        return _usable_kueue(state, now)
+    hard = (state.ns.quota_status or {}).get("hard") or {}
+    out = []
+    for resource in sorted(state.effective):
+        used = int(state.used.get(PREFIX + resource, 0))
+        outside = state.effective[resource].outside
+        candidates = [(value, f"quota {name}", True) for name, value in outside]
+        own = _int(hard.get(PREFIX + resource))
+        if own is not None:
+            candidates.append((own, f"quota {settings.QUOTA_NAME}", False))
+        if not candidates:
+            out.append(Usable(resource, None, used, "no quota limits it"))
+            continue
+        limit, binding, foreign = min(candidates, key=lambda c: (c[0], c[2]))
+        out.append(Usable(resource, limit, used, binding, outside_binds=foreign))
+    return out
+
+
+def _usable_kueue(state, now=None) -> list[Usable]:
+    """Kueue admits a workload while the queue stays within nominal + borrowing limit and
+    the cohort within the sum of its queues' quotas: so what the team may add is its
+    unused quota plus what the cohort's other queues leave (negative when they borrowed
+    this queue's unused quota), the latter capped by the borrowing limit."""
+    from .kueue import ClassQueueRow, classes_of, cohort_lendable, queue_name
+
+    if state.queue is None:
+        return []
+    tq, rows = state.queue
+    lendable = cohort_lendable(tq, now) if tq.cohort else {}
+    known = {(r.gpu_class.pk, r.resource) for r in rows}
+    # Every class the queue covers, with quota or not: a class without quota may borrow.
+    rows = list(rows) + [
+        ClassQueueRow(cls, res, 0, 0, 0)
+        for cls in classes_of(tq.cluster)
+        for res in cls.resources
+        if (cls.pk, res) not in known
+    ]
+    out = []
+    for r in sorted(rows, key=lambda r: (r.gpu_class.name, r.resource)):
+        may = lendable.get((r.gpu_class.pk, r.resource), 0)
+        if tq.borrowing_limit is not None:
+            may = min(may, tq.borrowing_limit)
+        binding = f"ClusterQueue {queue_name(tq.team)}: quota {r.nominal}"
+        if may > 0:
+            binding += f" + {may} it may borrow from cohort {tq.cohort}"
+        elif may < 0:
+            binding += f" - {-may} other queues of cohort {tq.cohort} borrowed"
+        figure = Usable(r.resource, r.nominal + may, r.used, binding, gpu_class=r.gpu_class,
+                        nominal=r.nominal, may_borrow=may, borrowed=r.borrowed)  # fmt: skip
+        out.append(figure)
+    return out
