@@ -189,6 +189,11 @@ def start_sim(args, workdir: Path) -> tuple[subprocess.Popen, str]:
     deadline = time.monotonic() + max(1800, args.pods / 20)
     while not kubeconfig.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
+            proc.terminate()  # never leave a loading control plane behind
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
             raise SystemExit(f"the {cluster_kind()} cluster did not start")
         time.sleep(0.5)
     return proc, str(portal_kubeconfig)
