@@ -178,6 +178,29 @@ class InventoryCollector:
 class QuotaCollector:
     """Quota and workflow gauges: what teams are granted and use, and what is stuck."""
 
+    @staticmethod
+    def _usable(namespaces):
+        """Usable by the team per namespace (quotas/figures.py), as the team page shows it;
+        a namespace no quota limits has no sample (never a 0 that means "unlimited")."""
+        from inventory.figures import DEFINITIONS
+        from quotas.figures import usable
+        from quotas.preview import states
+
+        family = GaugeMetricFamily(
+            "portal_namespace_usable",
+            f"Usable by the team: {DEFINITIONS['usable']}",
+            labels=["team", "cluster", "namespace", "resource", "gpu_class"],
+        )
+        for state in states(namespaces).values():
+            ns = state.ns
+            for u in usable(state):
+                if u.usable is not None:
+                    slug = u.gpu_class.slug if u.gpu_class else ""
+                    family.add_metric(
+                        [ns.team.slug, ns.cluster.slug, ns.name, u.resource, slug], u.usable
+                    )
+        return family
+
     def collect(self):
         from quotas.models import Operation, QuotaRequest, TeamNamespace
 
@@ -223,6 +246,7 @@ class QuotaCollector:
                 per_class.add_metric([*base, slugs.get(class_id, "")], amount)
         yield waiting
         yield per_class
+        yield self._usable(namespaces)
         pending = GaugeMetricFamily(
             "portal_quota_requests_pending", "Quota requests waiting for an admin"
         )

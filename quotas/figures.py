@@ -178,3 +178,92 @@ def _usable_kueue(state, now=None) -> list[Usable]:
                         nominal=r.nominal, may_borrow=may, borrowed=r.borrowed)  # fmt: skip
         out.append(figure)
     return out
+
+
+# -- what an approval made usable -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """An approved request as the team meets it: what was granted, and what it can use now.
+
+    ``usable_gain`` is how much the grant raised the namespace's effective limit (0 when
+    another quota binds below it, or the portal's quota is not applied yet); ``binding``
+    names what limits the namespace when that is not the portal's own quota or queue.
+    """
+
+    granted: int
+    usable_gain: int
+    usable_now: int | None
+    binding: str
+    applied: bool  # the cluster holds the portal's quota or queue with this grant
+    advice: str = ""  # what an admin can do about what binds
+
+    @property
+    def capped(self) -> bool:
+        return self.usable_gain < self.granted
+
+    def text(self, namespace: str) -> str:
+        """'granted +6, usable +0: quota gpu-quota caps ml-vision at 16; an admin can adopt it'."""
+        head = f"granted +{self.granted}, usable +{self.usable_gain}"
+        if not self.capped:
+            return head
+        if not self.applied:
+            return f"{head}: the cluster does not hold the new quota yet"
+        return f"{head}: {self.binding} caps {namespace}; {self.advice}"
+
+
+def outcome(req, state=None) -> Outcome | None:
+    """For an approved request with its grant: :class:`Outcome`; None otherwise."""
+    from django.conf import settings
+
+    from .limits import PREFIX, _int
+    from .models import QuotaRequest
+    from .preview import state as load_state
+
+    grant = req.grant
+    done = (QuotaRequest.Status.APPROVED, QuotaRequest.Status.APPLYING, QuotaRequest.Status.APPLIED)
+    if req.status not in done or grant is None:
+        return None
+    if state is None:  # fresh: the apply has just recorded the quota's status
+        from .models import TeamNamespace
+
+        ns = TeamNamespace.objects.select_related("team", "cluster").get(pk=req.namespace_id)
+        state = load_state(ns)
+    rows = [
+        u for u in usable(state)
+        if u.resource == req.resource and (state.kueue is None or u.gpu_class == req.gpu_class)
+    ]  # fmt: skip
+    now = rows[0] if rows else None
+    if state.kueue is not None:
+        # Kueue: the queue's quota includes the grant once applied (the nominal quota).
+        applied = req.status == QuotaRequest.Status.APPLIED
+        gain = grant.amount if applied else 0
+        return Outcome(grant.amount, gain, now.usable if now else None,
+                       now.binding if now else "", applied)  # fmt: skip
+    hard = (state.ns.quota_status or {}).get("hard") or {}
+    own = _int(hard.get(PREFIX + req.resource))
+    eff = state.effective.get(req.resource)
+    applied = own is not None and eff is not None and own >= eff.granted
+    outside = [value for _, value in (eff.outside if eff else [])]
+    if own is None:
+        gain = 0
+    else:
+        without = min([own - grant.amount, *outside])
+        gain = max(min([own, *outside]) - max(without, 0), 0)
+    binding, advice = f"quota {settings.QUOTA_NAME}", ""
+    if now and now.outside_binds:
+        binding = f"{now.binding} (limit {now.limit})"
+        name = now.binding.removeprefix("quota ")
+        decision = next((fq.decision for fq in state.foreign if fq.name == name), "")
+        advice = ADVICE.get(decision, ADVICE["undecided"])
+    return Outcome(grant.amount, min(gain, grant.amount), now.usable if now else None,
+                   binding, applied, advice)  # fmt: skip
+
+
+# What an admin can do about a foreign quota that caps a grant, by its decision.
+ADVICE = {
+    "undecided": "an admin can adopt it",
+    "adopted": "its limits are grants already: an admin can remove it from the cluster",
+    "kept": "it is kept as an outside limit: an admin can raise or remove it",
+}

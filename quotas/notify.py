@@ -151,10 +151,18 @@ def decided(req: QuotaRequest) -> None:
 
 
 def applied(req: QuotaRequest) -> None:
+    """ "Applied" means usable: the message says what the team can use now, and what binds
+    when something other than the portal's quota caps the grant (quotas/figures.py)."""
+    from .figures import outcome
+
+    out = outcome(req)
+    text = out.text(req.namespace.name) if out else ""
+    usable = f"\n{text[:1].upper()}{text[1:]}.\n" if out else ""
     send(
         Kind.APPLIED, _team_people(req),
-        f"[GPU portal] quota applied in {req.namespace}",
-        f"The cluster now enforces the quota for {_describe(req)}.\n{_link(req)}\n",
+        f"[GPU portal] quota applied in {req.namespace}"
+        + (" (capped by another quota)" if out and out.capped else ""),
+        f"The cluster holds the quota for {_describe(req)}.{usable}\n{_link(req)}\n",
         url=_link(req), team=req.team,
     )  # fmt: skip
 

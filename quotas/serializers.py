@@ -201,12 +201,40 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
         return serializers.DateTimeField().to_representation(gave.ends_at)
 
 
+class OutcomeSerializer(serializers.Serializer):
+    """An approved request as the team meets it (quotas/figures.py ``outcome``)."""
+
+    granted = serializers.IntegerField(help_text="what the approval granted")
+    usable_gain = serializers.IntegerField(
+        help_text="how much the grant raised what the namespace can use (0 when another quota "
+        "binds below it, or the cluster does not hold the new quota yet)"
+    )
+    usable_now = serializers.IntegerField(
+        allow_null=True, help_text="usable by the team now (null: no quota limits it)"
+    )
+    binding = serializers.CharField(help_text="the quota or queue that limits the namespace")
+    applied = serializers.BooleanField(help_text="the cluster holds the quota with this grant")
+    text = serializers.CharField(help_text="'granted +6, usable +0: quota gpu-quota caps ...'")
+
+
 class QuotaRequestDetailSerializer(QuotaRequestSerializer):
     events = RequestEventSerializer(many=True, read_only=True)
+    outcome = serializers.SerializerMethodField(
+        help_text="for an approved request: granted, usable_now and what binds; null otherwise"
+    )
 
     class Meta(QuotaRequestSerializer.Meta):
-        fields = [*QuotaRequestSerializer.Meta.fields, "events"]
+        fields = [*QuotaRequestSerializer.Meta.fields, "outcome", "events"]
         read_only_fields = fields
+
+    @extend_schema_field(OutcomeSerializer(allow_null=True))
+    def get_outcome(self, req: QuotaRequest) -> dict | None:
+        from .figures import outcome
+
+        out = outcome(req)
+        if out is None:
+            return None
+        return OutcomeSerializer(out).data | {"text": out.text(req.namespace.name)}
 
 
 class GrantSerializer(serializers.ModelSerializer):

@@ -248,6 +248,9 @@ def _detail_context(request: HttpRequest, req: QuotaRequest, **forms) -> dict:
         "can_cancel": pending and _can_cancel(user, req),
         "next": reverse("quotas:request", args=[req.pk]),
     }
+    from ..figures import outcome  # granted vs what the team can use now
+
+    ctx["outcome"] = outcome(req)
     # Comment thread, live progress, typical time to a decision (discussion app).
     ctx.update(thread.context(req, forms.get("comment_form")))
     ctx.update(live_progress.quota_context(req, operations))

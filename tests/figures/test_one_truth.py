@@ -289,6 +289,10 @@ def test_idle_free_and_usable_equal_the_cluster_on_the_resourcequota_demo(client
     body = admin_client(client).get(f"/api/v1/namespaces/{vision.pk}/").json()
     gpu = next(u for u in body["usable"] if u["resource"] == GPU)
     assert number(page, f'data-usable="{GPU}"') == gpu["usable"]
+    metrics = client.get("/metrics").content.decode()
+    labels = f'cluster="demo",gpu_class="",namespace="ml-vision",resource="{GPU}",team="vision"'
+    lines = [x for x in metrics.splitlines() if x.startswith("portal_namespace_usable")]
+    assert f"portal_namespace_usable{{{labels}}} {float(gpu['usable'])}" in lines, lines
 
 
 # -- the Kueue cluster --------------------------------------------------------------------
@@ -367,8 +371,12 @@ def test_idle_free_and_usable_equal_kueue_on_the_kueue_demo(client, seeded):
     assert any(used for _, used, _ in truth.values()), "admitted workloads hold GPUs"
     client.force_login(get_user_model().objects.get(username="alice"))
     page = client.get(reverse("quotas:teams")).content.decode()
+    metrics = admin_client(client).get("/metrics").content.decode()
     for (cls, r), (_, _, usable) in truth.items():
         assert number(page, f'data-usable="{cls}/{r}"') == usable
+        labels = (f'cluster="research",gpu_class="{cls}",namespace="ml-vision",'
+                  f'resource="{r}",team="vision"')  # fmt: skip
+        assert f"portal_namespace_usable{{{labels}}} {float(usable)}" in metrics
 
 
 def test_idle_counts_bound_unfinished_pods_per_node_never_below_zero(client, tmp_path):
@@ -415,3 +423,43 @@ def test_idle_counts_bound_unfinished_pods_per_node_never_below_zero(client, tmp
         ]
     finally:
         sim.stop()
+
+
+# -- "applied" means usable -------------------------------------------------------------
+
+
+def test_an_approval_capped_by_an_outside_quota_says_granted_6_usable_0(client, seeded):
+    """ml-vision's own quota gpu-quota (16) stays in the namespace: a +6 grant raises the
+    portal's quota, and the team can use none of it. The API, the request page and the
+    notification say so, with what binds; kubectl shows both quotas."""
+    from notices.models import Notification
+    from quotas import services
+    from quotas.apply import run_operation
+    from quotas.models import Operation
+
+    sim = seeded("simcluster/fleets/demo.yaml")
+    ns = TeamNamespace.objects.get(cluster__slug="demo", name="ml-vision")
+    users = get_user_model().objects
+    data = services.RequestData(
+        team=ns.team, namespace=ns, resource=GPU, amount=6,
+        justification="More detector ablations before the deadline.",
+    )  # fmt: skip
+    req = services.approve(services.submit(users.get(username="alice"), data),
+                           users.get(username="admin"))  # fmt: skip
+    for op in Operation.objects.filter(namespace=ns, status="pending"):
+        run_operation(op.pk)
+    req.refresh_from_db()
+    assert req.status == "applied"
+    quotas = {q["metadata"]["name"]: qty(q["spec"]["hard"][f"requests.{GPU}"])
+              for q in sim.api.list("resourcequotas", ns.name) if unscoped(q)}  # fmt: skip
+    outside = quotas["gpu-quota"]
+    assert quotas["gpu-portal-quota"] - 6 >= outside  # kubectl: the outside quota binds
+    client = admin_client(client)
+    out = client.get(f"/api/v1/quota-requests/{req.pk}/").json()["outcome"]
+    assert (out["granted"], out["usable_gain"], out["applied"]) == (6, 0, True)
+    assert "quota gpu-quota" in out["binding"] and out["text"].startswith("granted +6, usable +0")
+    page = client.get(reverse("quotas:request", args=[req.pk])).content.decode()
+    assert "Granted +6, usable +0." in page and "Quota gpu-quota" in page
+    notice = Notification.objects.filter(recipient__username="alice", event="applied",
+                                         url__contains=str(req.pk)).get()  # fmt: skip
+    assert "Granted +6, usable +0: quota gpu-quota" in notice.body, notice.body

@@ -99,7 +99,8 @@ def test_emails_give_the_granted_amount(approved):
         decided.body
     )
     applied = by_subject["[GPU portal] quota applied in sim/vision"]
-    assert f"enforces the quota for 4 x {GPU}" in applied.body and "6 x" not in applied.body
+    assert f"holds the quota for 4 x {GPU}" in applied.body and "6 x" not in applied.body
+    assert "Granted +4, usable +4." in applied.body  # nothing else binds in sim/vision
 
 
 def test_api_gives_granted_amount_and_window(approved):
