@@ -99,7 +99,8 @@ def queue_views(namespaces: list[TeamNamespace], states: dict) -> dict:
     out = {}
     for ns in namespaces:
         queue = states[ns.pk].queue
-        if queue is not None:
+        # One ClusterQueue per team and cluster: its figures once, not per namespace.
+        if queue is not None and (ns.team_id, ns.cluster_id) not in out:
             tq, rows = queue
             out[(ns.team_id, ns.cluster_id)] = QueueView(
                 tq,

@@ -17,6 +17,7 @@ from collections import defaultdict
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
+from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 
@@ -104,10 +105,8 @@ def free_to_grant_truth(cluster: Cluster, nodes, pods, classes: list[dict]) -> d
     now = timezone.now()
     grants = list(
         Grant.objects.filter(namespace__cluster=cluster, ended_at__isnull=True)
-        .filter(ends_at__isnull=True)
-        .union(
-            Grant.objects.filter(namespace__cluster=cluster, ended_at__isnull=True, ends_at__gt=now)
-        )
+        .filter(Q(ends_at__isnull=True) | Q(ends_at__gt=now))
+        .select_related("gpu_class", "namespace")
     )
     by_node = {n["metadata"]["name"]: n for n in nodes}
     per_node = idle_per_node(nodes, pods)
