@@ -429,12 +429,33 @@ class ControlPlane:
         A controller that was syncing when its objects vanished (the job controller making
         a Job's next pod, say) can write once more right after; so the reset is repeated,
         a few milliseconds apart, until a pass finds nothing to undo (at most 5 passes)."""
-        changed = etcdreset.reset(self.etcd_url, self._baselines[name], KUEUE_NAMESPACE)
+        baseline = self._baselines[name]
+        daemon_pods = etcdreset.new_pods_owned_by(self.etcd_url, baseline, "DaemonSet")
+        changed = etcdreset.reset(self.etcd_url, baseline, KUEUE_NAMESPACE)
         total, passes = changed, 1
         while changed and passes < 5:
             time.sleep(0.02)
-            changed = etcdreset.reset(self.etcd_url, self._baselines[name], KUEUE_NAMESPACE)
+            changed = etcdreset.reset(self.etcd_url, baseline, KUEUE_NAMESPACE)
             total, passes = total + changed, passes + 1
+        if daemon_pods:
+            total += self._settle_daemon_sets(baseline)
+        return total
+
+    def _settle_daemon_sets(self, baseline: dict[str, Any], quiet_s: float = 0.3) -> int:
+        """After a reset that removed DaemonSet pods: the DaemonSet controller may not have
+        seen their nodes go yet and makes their pods again, Pending for nodes that no longer
+        exist; it deletes those itself once it has (kubernetes pkg/controller/daemon
+        daemon_controller.go ``getUnscheduledPodsWithoutNode``), a moment that a test must
+        not see. Undo what comes until nothing has for ``quiet_s`` (at most 5 s)."""
+        total = 0
+        start = time.monotonic()
+        quiet_until = start + quiet_s
+        while time.monotonic() < min(quiet_until, start + 5):
+            time.sleep(0.05)
+            changed = etcdreset.reset(self.etcd_url, baseline, KUEUE_NAMESPACE)
+            if changed:
+                total += changed
+                quiet_until = time.monotonic() + quiet_s
         return total
 
     # ------------------------------------------------------------------ health

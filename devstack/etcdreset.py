@@ -37,10 +37,11 @@ def _post(etcd_url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
     return resp.json()
 
 
-def _range(etcd_url: str, keys_only: bool) -> list[dict[str, Any]]:
+def _range(etcd_url: str, keys_only: bool, prefix: bytes = b"/registry/") -> list[dict[str, Any]]:
+    end = prefix[:-1] + bytes([prefix[-1] + 1])  # the range of every key with the prefix
     body = {
-        "key": base64.b64encode(b"/registry/").decode(),
-        "range_end": base64.b64encode(b"/registry0").decode(),
+        "key": base64.b64encode(prefix).decode(),
+        "range_end": base64.b64encode(end).decode(),
         "keys_only": keys_only,
     }
     return _post(etcd_url, "/v3/kv/range", body).get("kvs", [])
@@ -49,6 +50,17 @@ def _range(etcd_url: str, keys_only: bool) -> list[dict[str, Any]]:
 def snapshot(etcd_url: str) -> dict[str, dict[str, Any]]:
     """{base64 key: {"key", "value", "mod_revision", ...}} of every key now."""
     return {kv["key"]: kv for kv in _range(etcd_url, keys_only=False)}
+
+
+def new_pods_owned_by(etcd_url: str, baseline: dict[str, dict[str, Any]], kind: str) -> int:
+    """How many pods written since ``baseline`` a ``kind`` controls (their stored owner
+    reference names the kind; core objects are stored as protobuf, strings verbatim)."""
+    needle = kind.encode()
+    return sum(
+        1
+        for kv in _range(etcd_url, keys_only=False, prefix=b"/registry/pods/")
+        if kv["key"] not in baseline and needle in base64.b64decode(kv["value"])
+    )
 
 
 def kept(b64_key: str, extra_namespaces: tuple[str, ...] = ()) -> bool:
