@@ -166,6 +166,8 @@ def child_env(services: Services, data: Path, portal_kubeconfig: Path) -> dict[s
     env["DATA_DIR"] = str(data)
     env["SIM_KUBECONFIG"] = str(portal_kubeconfig)
     env.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    # Links in e-mails and notifications point where this demo serves (PORT), not 8000.
+    env.setdefault("PORTAL_URL", f"http://127.0.0.1:{_env_port('PORT', DEFAULT_PORT)[0]}")
     # The demo fleet's mig-manager sees a ConfigMap write after 3 s (gpuOperator
     # configMountDelay), not a kubelet's minute: the MIG coordinator waits that long.
     env.setdefault("MIG_CONFIG_MOUNT_SECONDS", "5")

@@ -53,7 +53,7 @@ def _int_label(labels: dict[str, str], key: str, default: int | None = None) -> 
         return default
 
 
-def _parse_time(value: str | None) -> datetime | None:
+def parse_time(value: str | None) -> datetime | None:
     if not value:
         return None
     try:
@@ -159,7 +159,7 @@ def parse_node(obj: dict) -> NodeFacts:
         taints=_scheduling_taints(spec.get("taints")),
         ready=ready,
         paused_operands=paused,
-        k8s_created_at=_parse_time(meta.get("creationTimestamp")),
+        k8s_created_at=parse_time(meta.get("creationTimestamp")),
         resources=resources,
     )
 
@@ -306,7 +306,7 @@ def parse_gpu_pod(obj: dict) -> PodFacts | None:
         phase=phase,
         requests=requests,
         priority_class=spec.get("priorityClassName") or "",
-        k8s_created_at=_parse_time(meta.get("creationTimestamp")),
-        started_at=_parse_time(status.get("startTime")),
+        k8s_created_at=parse_time(meta.get("creationTimestamp")),
+        started_at=parse_time(status.get("startTime")),
         gpu_selector=pod_gpu_selector(spec),
     )

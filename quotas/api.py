@@ -53,6 +53,8 @@ from .serializers import (
     RejectSerializer,
     TeamSerializer,
 )
+from .serializers_waiting import WaitingSerializer
+from .waiting_service import team_waiting
 
 
 class Conflict(exceptions.APIException):
@@ -217,6 +219,20 @@ class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedVi
     def members(self, request, slug=None):
         team = self.get_object()
         return Response(MemberSerializer(team.memberships.all(), many=True).data)
+
+    @extend_schema(
+        responses={200: WaitingSerializer, 404: _errors[404]},
+        summary="Why the team's jobs wait: each pending pod and queued workload, its cause "
+        "and what to do (the team's members and admins)",
+        description="Read from the team's clusters now. `cause` is `quota` (a ResourceQuota "
+        "refused a controller's pods), `queued` (Kueue has not admitted the workload), "
+        "`unschedulable` (the scheduler found no node) or `starting` (bound, not started); "
+        "`message` is the cluster's own text. A cluster that cannot be read is listed in "
+        "`unreadable` and its namespaces are left out.",
+    )
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
+    def waiting(self, request, slug=None):
+        return Response(WaitingSerializer(team_waiting(self.get_object())).data)
 
     @extend_schema(
         request=MemberAddSerializer,

@@ -7,6 +7,7 @@ app_name = "quotas"
 urlpatterns = [
     path("teams/", views.teams, name="teams"),
     path("teams/<slug:slug>/members/", views.team_members, name="team-members"),
+    path("teams/<slug:slug>/waiting/", views.waiting, name="team-waiting"),
     path(
         "teams/<slug:slug>/members/<str:username>/remove/",
         views.team_member_remove,

@@ -106,6 +106,20 @@ PERMISSIONS: tuple[Permission, ...] = (
         methods=("list_pages", "list_pods"),
     ),
     Permission(
+        "list",
+        "pods",
+        scope=Scope.TEAM,
+        feature="Why a job waits: a team namespace's pending pods",
+        methods=("list_pending_pods",),
+    ),
+    Permission(
+        "list",
+        "events",
+        scope=Scope.TEAM,
+        feature="Why a job waits: pods a quota refused, pods that cannot start",
+        methods=("list_events",),
+    ),
+    Permission(
         "create",
         "pods",
         subresource="eviction",

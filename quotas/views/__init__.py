@@ -24,6 +24,7 @@ from .requests import (
     request_reject,
 )
 from .teams import teams
+from .waiting import waiting
 
 __all__ = [
     "audit",
@@ -48,4 +49,5 @@ __all__ = [
     "team_member_remove",
     "team_members",
     "teams",
+    "waiting",
 ]

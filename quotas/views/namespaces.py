@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -16,7 +17,8 @@ from django.views.decorators.http import require_POST
 from inventory.kube import KubeError
 from portal.validation import loads_json
 
-from .. import adoption, apply, preview, services
+from .. import adoption, apply, kueue, preview, services
+from ..figures import usable
 from ..forms import DecisionForm, OnboardForm
 from ..models import ForeignQuota, Operation, TeamNamespace
 from .common import _staff_only, visible_teams
@@ -52,12 +54,20 @@ def namespace_detail(request: HttpRequest, pk) -> HttpResponse:
     ns = _visible_namespace(request.user, pk)
     st = preview.state(ns)
     gone = ForeignQuota.objects.filter(namespace=ns, gone_at__isnull=False)
+    queue = None
+    if st.kueue is not None:  # Kueue enforces the grants here, not a ResourceQuota
+        queue = {
+            "cluster_queue": kueue.queue_name(ns.team),
+            "local_queue": settings.KUEUE_LOCAL_QUEUE,
+            "rows": usable(st),
+        }
     return render(
         request,
         "quotas/namespace_detail.html",
         {
             "ns": ns,
             "st": st,
+            "queue": queue,
             "rows": list(st.effective.values()),
             "foreign": st.foreign,
             "gone": list(gone),

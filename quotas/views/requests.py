@@ -63,6 +63,18 @@ def _submit(request: HttpRequest, form, data: services.RequestData):
     return None
 
 
+PREFILLED = ("resource", "gpu_class", "amount", "justification")
+
+
+def _prefill(query) -> dict:
+    """What a link may prefill besides the namespace (the waiting page's "Request N more"):
+    the form validates it as any input once submitted."""
+    out = {k: query[k][:2000] for k in PREFILLED if query.get(k)}
+    if "amount" in out and not out["amount"].isdigit():
+        del out["amount"]
+    return out
+
+
 @login_required
 def request_new(request: HttpRequest) -> HttpResponse:
     user = request.user
@@ -74,6 +86,7 @@ def request_new(request: HttpRequest) -> HttpResponse:
         ns = TeamNamespace.objects.filter(team__in=teams_qs, pk=_uuid_or_none(ns_id)).first()
         if ns:
             initial = {"team": ns.team_id, "namespace": ns.pk}
+            initial.update(_prefill(request.GET))
     form = RequestForm(
         request.POST or None, initial=initial, teams=teams_qs, member_team_ids=member_ids,
         user=user,

@@ -24,6 +24,7 @@ from ..models import (
     TeamNamespace,
     TeamQueue,
 )
+from ..snippets import grant_snippets
 from .common import (
     _usage,
     visible_teams,
@@ -77,6 +78,7 @@ class NamespaceView:
     ended: list[Grant] = field(default_factory=list)
     off_class: list = field(default_factory=list)  # quotas.offclass.OffClassPod
     queue: QueueView | None = None  # the team's Kueue ClusterQueue on a Kueue cluster
+    snippets: list = field(default_factory=list)  # quotas.snippets.Snippet per active grant
 
 
 @dataclass
@@ -179,6 +181,7 @@ def teams(request: HttpRequest) -> HttpResponse:
                     usable=usable_now.get(resource),
                 )
             )
+        view.snippets = grant_snippets(ns, view.active)
         view.ended = sorted(view.ended, key=lambda g: g.ended_at or g.ends_at, reverse=True)[
             :ENDED_GRANTS_SHOWN
         ]

@@ -16,7 +16,6 @@ from collections import defaultdict
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.core.management import call_command
 from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
@@ -160,30 +159,6 @@ def number(html: str, attr: str) -> int:
 
 
 # -- fixtures ---------------------------------------------------------------------------
-
-
-@pytest.fixture
-def seeded(tmp_path, settings):
-    """The demo fleet, or the Kueue fleet as ``research``, seeded as ``make demo`` does."""
-    from tests import kubesim
-
-    def start(fleet: str, kueue: bool = False):
-        settings.DATA_DIR = tmp_path
-        sim = kubesim.start(fleet, tmp_path)
-        started.append(sim)
-        if kueue:  # the first cluster left unreachable: one control plane serves the session
-            refused = sim.write_kubeconfig(tmp_path / "refused", token="refused", user="nobody")
-            call_command("seed_demo", kubeconfig=str(refused),
-                         kueue_kubeconfig=str(sim.kubeconfig_path),
-                         kueue_admin_kubeconfig=str(sim.admin_kubeconfig_path))  # fmt: skip
-        else:
-            call_command("seed_demo", kubeconfig=str(sim.kubeconfig_path))
-        return sim
-
-    started: list = []
-    yield start
-    for sim in started:
-        sim.stop()
 
 
 def admin_client(client):
@@ -370,9 +345,16 @@ def test_idle_free_and_usable_equal_kueue_on_the_kueue_demo(client, seeded):
     assert any(used for _, used, _ in truth.values()), "admitted workloads hold GPUs"
     client.force_login(get_user_model().objects.get(username="alice"))
     page = client.get(reverse("quotas:teams")).content.decode()
+    ns_page = client.get(reverse("quotas:namespace", args=[ns.pk])).content.decode()
+    # the namespace page shows the queues Kueue enforces, not a ResourceQuota that is not there
+    assert "ClusterQueue <code>gpu-portal-vision</code>" in ns_page
+    assert not any(q["metadata"]["name"] == "gpu-portal-quota"
+                   for q in sim.api.list("resourcequotas", "ml-vision"))  # fmt: skip
+    assert "gpu-portal-quota" not in ns_page
     metrics = admin_client(client).get("/metrics").content.decode()
     for (cls, r), (_, _, usable) in truth.items():
         assert number(page, f'data-usable="{cls}/{r}"') == usable
+        assert number(ns_page, f'data-usable="{cls}/{r}"') == usable
         labels = (f'cluster="research",gpu_class="{cls}",namespace="ml-vision",'
                   f'resource="{r}",team="vision"')  # fmt: skip
         assert f"portal_namespace_usable{{{labels}}} {float(usable)}" in metrics

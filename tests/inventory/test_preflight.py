@@ -153,14 +153,15 @@ def test_a_lost_permission_is_named_with_the_rule_to_add(cluster, fleet_sim, cli
 def test_the_periodic_recheck_finds_a_lost_and_a_restored_permission(cluster, fleet_sim, client):
     assert recheck_permissions() == 0
     assert client.get("/readyz").json()["status"] == "ok"
-    drop_verb(fleet_sim, "pods", "list")
+    drop_verb(fleet_sim, "pods", "list")  # the ClusterRole grants it everywhere: both go
     assert recheck_permissions() == 1
     cluster.refresh_from_db()
-    assert cluster.missing_permissions == ["list pods"]
+    lost = ["list pods", "list pods in team namespace"]
+    assert cluster.missing_permissions == lost
     assert cluster.permissions_checked_at is not None
     body = client.get("/readyz").json()
     assert body["status"] == "degraded"
-    assert body["clusters"]["sim"]["missing_permissions"] == ["list pods"]
+    assert body["clusters"]["sim"]["missing_permissions"] == lost
     fleet_sim.apply_file(kubesim.DEPLOY / "rbac.yaml")  # the admin puts the rule back
     assert recheck_permissions() == 0
     assert client.get("/readyz").json()["status"] == "ok"

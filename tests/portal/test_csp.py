@@ -272,3 +272,8 @@ def test_every_page_satisfies_the_csp(demo, live_server):
         finally:
             browser.close()
     assert found == {}, found
+
+
+def test_favicon_ico_is_the_portals_icon_not_a_404(client):
+    resp = client.get("/favicon.ico")
+    assert resp.status_code == 301 and resp["Location"].endswith("img/favicon.svg")

@@ -104,3 +104,8 @@ def test_the_500_page_renders_without_a_request_context():
     # The Content-Security-Policy allows no inline script, style or handler.
     assert not re.search(r"<script(?![^>]*\bsrc=)", html)
     assert not re.search(r"\sstyle=|\son[a-z]+=", html)
+
+
+def test_demo_links_follow_port(tmp_path, monkeypatch):
+    monkeypatch.delenv("PORTAL_URL", raising=False)
+    assert _demo_env(tmp_path, monkeypatch, PORT="8123")["PORTAL_URL"] == "http://127.0.0.1:8123"

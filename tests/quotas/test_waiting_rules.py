@@ -1,0 +1,117 @@
+"""quotas/waiting.py's reading of the cluster's signals (unit tests; the same signals made
+by the real control plane are in tests/figures/test_waiting.py)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from quotas.waiting import findings, parse_exceeded, scheduler_reasons
+
+NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
+GPU = "nvidia.com/gpu"
+# k8s.io/apiserver pkg/admission/plugin/resourcequota/controller.go, via the job controller
+REFUSED = (
+    'Error creating: pods "train-x7k2p" is forbidden: exceeded quota: gpu-quota, requested: '
+    "requests.cpu=4,requests.nvidia.com/gpu=8, used: requests.nvidia.com/gpu=12, "
+    "limited: requests.nvidia.com/gpu=16"
+)
+
+
+def ts(minutes_ago: float) -> str:
+    return (NOW - timedelta(minutes=minutes_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def event(reason: str, kind: str, name: str, message: str, minutes_ago: float = 1, **kw) -> dict:
+    return {
+        "metadata": {"name": f"{name}.{reason}", "namespace": "lab"},
+        "involvedObject": {"kind": kind, "namespace": "lab", "name": name},
+        "reason": reason,
+        "message": message,
+        "type": kw.get("type", "Warning"),
+        "lastTimestamp": ts(minutes_ago),
+    }
+
+
+def gpu_pod(name: str, gpus: int = 2, **spec) -> dict:
+    res = {"requests": {GPU: str(gpus)}}
+    return {
+        "metadata": {"name": name, "namespace": "lab", "creationTimestamp": ts(5)},
+        "spec": {"containers": [{"name": "main", "resources": res}], **spec},
+        "status": {"phase": "Pending"},
+    }
+
+
+def test_a_quota_refusal_is_read_with_its_gpu_figures():
+    assert parse_exceeded(REFUSED) == {
+        "quota": "gpu-quota",
+        "requested": {GPU: 8},
+        "used": {GPU: 12},
+        "limited": {GPU: 16},
+    }
+    assert parse_exceeded("pods is forbidden: unable to validate against any pod security") is None
+
+
+def test_a_refused_job_waits_until_it_creates_a_pod_and_old_refusals_lapse():
+    refused = event("FailedCreate", "Job", "train", REFUSED)
+    [f] = findings([], [refused], None, NOW)
+    assert (f.kind, f.cause, f.name, f.owner, f.resource, f.amount) == (
+        "workload", "quota", "train", "Job/train", GPU, 8,
+    )  # fmt: skip
+    assert (f.quota, f.used, f.limited) == ("gpu-quota", 12, 16)
+    created = event("SuccessfulCreate", "Job", "train", "Created pod: train-abc", 0.5,
+                    type="Normal")  # fmt: skip
+    assert findings([], [refused, created], None, NOW) == []
+    assert findings([], [event("FailedCreate", "Job", "train", REFUSED, 16)], None, NOW) == []
+
+
+def test_pods_by_what_holds_them():
+    unschedulable = gpu_pod("a")
+    unschedulable["status"]["conditions"] = [{
+        "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+        "message": "0/3 nodes are available: 1 Insufficient nvidia.com/gpu, 2 node(s) didn't "
+                   "match Pod's node affinity/selector. preemption: 0/3 nodes are available",
+    }]  # fmt: skip
+    bound = gpu_pod("b", nodeName="h-0")
+    gated = gpu_pod("c", schedulingGates=[{"name": "kueue.x-k8s.io/admission"}])
+    held = gpu_pod("d", schedulerName="gpuemu-hold")
+    cpu_only = gpu_pod("e", gpus=0)
+    kubelet = event("UnexpectedAdmissionError", "Pod", "b", "Allocate failed")
+    out = {f.name: f for f in findings([unschedulable, bound, gated, held, cpu_only],
+                                       [kubelet], None, NOW)}  # fmt: skip
+    assert set(out) == {"a", "b", "c", "d"}
+    assert (out["a"].cause, out["a"].reasons) == ("unschedulable", ("capacity", "selector"))
+    assert (out["b"].cause, out["b"].message) == (
+        "starting", "UnexpectedAdmissionError: Allocate failed",
+    )  # fmt: skip
+    assert out["c"].cause == "queued"
+    assert out["d"].message == "No scheduler has placed it yet (schedulerName gpuemu-hold)."
+
+
+def test_a_queued_workload_with_kueues_message_hides_its_gated_pod():
+    message = (
+        "couldn't assign flavors to pod set main: insufficient unused quota for "
+        "nvidia.com/gpu in flavor gpu-portal-h100, 4 more needed"
+    )
+    wl = {
+        "metadata": {"name": "pod-sam-3f2a", "namespace": "lab",
+                     "ownerReferences": [{"kind": "Pod", "name": "sam", "controller": True}]},
+        "spec": {"podSets": [{"name": "main", "count": 1, "template": {"spec": {
+            "containers": [{"name": "main", "resources": {"requests": {GPU: "8"}}}]}}}]},
+        "status": {"conditions": [{"type": "QuotaReserved", "status": "False",
+                                   "reason": "Pending", "message": message}]},
+    }  # fmt: skip
+    reserved = {"conditions": [{"type": "QuotaReserved", "status": "True"}]}
+    admitted = {**wl, "metadata": {**wl["metadata"], "name": "pod-ok-1"}, "status": reserved}
+    gated = gpu_pod("sam", 8, schedulingGates=[{"name": "kueue.x-k8s.io/admission"}])
+    [f] = findings([gated], [], [wl, admitted], NOW)
+    assert (f.kind, f.cause, f.name, f.title, f.amount) == (
+        "workload", "queued", "pod-sam-3f2a", "sam", 8,
+    )  # fmt: skip
+    assert (f.flavor, f.needed, f.message) == ("gpu-portal-h100", 4, message)
+
+
+def test_scheduler_reasons_name_the_resource_asked_for():
+    msg = "0/2 nodes are available: 2 Insufficient nvidia.com/mig-1g.10gb."
+    assert scheduler_reasons(msg, "nvidia.com/mig-1g.10gb") == ("capacity",)
+    assert scheduler_reasons(msg, GPU) == ()
+    assert scheduler_reasons("1 node(s) had untolerated taint(s)", GPU) == ("taint",)
