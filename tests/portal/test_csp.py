@@ -148,7 +148,7 @@ def _pages(user) -> list[str]:
     # Team members (issue #12 section 1): the list; the removal confirmation (a member
     # who is no manager gets its 403 page).
     member = team.memberships.select_related("user").order_by("user__username").first()
-    pages.append(f"/teams/{team.slug}/members/")
+    pages += [f"/teams/{team.slug}/members/", f"/teams/{team.slug}/waiting/"]
     if member is not None:
         pages.append(f"/teams/{team.slug}/members/{member.user.get_username()}/remove/")
     if mig is not None:
