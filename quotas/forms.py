@@ -137,22 +137,35 @@ class RequestForm(PortalForm):
                 self.initial["namespace"] = only_namespaces[0].pk
                 self.initial.setdefault("team", only_namespaces[0].team_id)
         self.fields["resource"].choices = self._resource_choices(namespaces)
-        classes = GpuClass.objects.filter(cluster__in=namespaces.values("cluster")).select_related(
-            "cluster"
-        )
+        # The chosen namespace's cluster's classes only; "any class" only where the
+        # backend can enforce it (Kueue quota is per flavor: a class must be named).
+        chosen = self._chosen(namespaces)
+        classes = GpuClass.objects.filter(
+            cluster__in=[chosen.cluster_id] if chosen else namespaces.values("cluster")
+        ).select_related("cluster")
         self.fields["gpu_class"].queryset = classes
+        if chosen is not None and chosen.cluster.enforces_classes:
+            self.fields["gpu_class"].required = True
+            self.fields["gpu_class"].empty_label = None
+            self.fields["gpu_class"].help_text = (
+                f"{chosen.cluster.name} enforces quota per GPU model (Kueue): choose one."
+            )
         self.fields["gpu_class"].label_from_instance = lambda c: (
             f"{c.cluster.slug}: {c.name} ({c.capacity_text()})"
         )
 
+    def _chosen(self, namespaces):
+        """The namespace chosen (or given as initial), or None."""
+        chosen = self["namespace"].value()
+        try:
+            return namespaces.filter(pk=chosen).first() if chosen else None
+        except (ValueError, forms.ValidationError):
+            return None
+
     def _resource_choices(self, namespaces) -> list[tuple[str, str]]:
         """The chosen namespace's cluster's resources; before one is chosen, every
         resource of the user's clusters (the service rejects one the cluster lacks)."""
-        chosen = self["namespace"].value()
-        try:
-            ns = namespaces.filter(pk=chosen).first() if chosen else None
-        except (ValueError, forms.ValidationError):
-            ns = None
+        ns = self._chosen(namespaces)
         clusters = {ns.cluster} if ns else {n.cluster for n in namespaces}
         names = sorted({r for c in clusters for r in advertised_resources(c)})
         # Two kinds of asking (issue #12): whole GPUs, or quota on MIG slices nodes already

@@ -165,3 +165,27 @@ def test_the_quota_form_separates_whole_gpus_from_existing_slices_and_points_to_
 
 def test_without_mig_slices_the_quota_form_offers_gpus_only(solo, researcher):
     assert _form(researcher).fields["resource"].choices == [(GPU, GPU)]
+
+
+def test_the_form_offers_the_chosen_namespaces_classes_and_any_class_only_where_enforceable(
+    researcher, client
+):
+    from inventory.models import Cluster, GpuClass
+
+    rq, kq = make_cluster("rq"), make_cluster("kq")
+    Cluster.objects.filter(pk=kq.pk).update(enforcement=Cluster.Enforcement.KUEUE)
+    for c in (rq, kq):
+        GpuClass.objects.create(cluster=c, slug=f"{c.slug}-h100", name=f"{c.slug} H100",
+                                selector={"nvidia.com/gpu.product": c.slug})  # fmt: skip
+    team = make_team("vision", members=[researcher])
+    on_rq = TeamNamespace.objects.create(team=team, cluster=rq, name="ml-vision")
+    on_kq = TeamNamespace.objects.create(team=team, cluster=kq, name="ml-vision-k")
+    client.force_login(researcher)
+
+    def class_options(ns) -> list[str]:
+        page = client.get(reverse("quotas:request-new"), {"namespace": ns.pk}).content.decode()
+        select = re.search(r'<select name="gpu_class".*?</select>', page, re.S).group(0)
+        return re.findall(r"<option[^>]*>([^<]*)</option>", select)
+
+    assert [o.split(" (")[0] for o in class_options(on_rq)] == ["Any class", "rq: rq H100"]
+    assert [o.split(" (")[0] for o in class_options(on_kq)] == ["kq: kq H100"]
