@@ -149,7 +149,12 @@ def _usable_kueue(state, now=None) -> list[Usable]:
     """Kueue admits a workload while the queue stays within nominal + borrowing limit and
     the cohort within the sum of its queues' quotas: so what the team may add is its
     unused quota plus what the cohort's other queues leave (negative when they borrowed
-    this queue's unused quota), the latter capped by the borrowing limit."""
+    this queue's unused quota), the latter capped by the borrowing limit.
+
+    This is Kueue's own arithmetic (kubernetes-sigs/kueue v0.17.0
+    ``pkg/cache/scheduler/resource_node.go`` ``available``): for a queue in a cohort
+    without lending limits, ``min(cohort quota - cohort usage, nominal - usage +
+    borrowingLimit)``; the first term is ``nominal + lendable - used`` here."""
     from .kueue import ClassQueueRow, classes_of, cohort_lendable, queue_name
 
     if state.queue is None:
