@@ -12,13 +12,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from urllib.parse import urlencode
 
 from django.conf import settings
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.formats import date_format
 
 from inventory.figures import IDLE_NOW, POOL, idle_now
 from inventory.kube import KubeError, KubeGateway
@@ -173,7 +172,7 @@ class _Context:
             if item.gpu_class is None or g.gpu_class_id in (None, item.gpu_class.pk):
                 ahead += g.amount
                 if ahead >= missing:
-                    when = date_format(timezone.localtime(g.starts_at), "DATETIME_FORMAT")
+                    when = g.starts_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
                     return Suggestion(
                         "wait", f"Estimated start: {when}, when a grant of the team begins."
                     )
