@@ -185,8 +185,12 @@ def class_rows(led: Ledger) -> ClassReport:
                 cells[GPU_RESOURCE].add(class_id)
         cost = TeamCost(team)
         for resource in sorted(cells, key=resource_order):
-            measured = resource == GPU_RESOURCE
             for class_id in sorted(cells[resource], key=lambda c: _class_order(classes.get(c))):
+                measured = (
+                    resource == GPU_RESOURCE
+                    and team.pk not in led.unmeasured_teams
+                    and class_id not in led.unmeasured_classes
+                )
                 a, b = led.used.get((team.pk, class_id), (0.0, 0.0))
                 row = ClassRow(
                     team=team,

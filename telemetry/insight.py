@@ -34,6 +34,7 @@ from inventory.models import GPU_RESOURCE, GpuPod, Node
 from quotas.models import Grant, QuotaRequest, TeamNamespace
 
 from . import sources
+from .measured import measured_cluster_ids
 from .models import GpuState
 
 BUCKET = timedelta(minutes=5)
@@ -292,6 +293,8 @@ class GrantUtilisation:
     allocated_gpu_hours: float
     busy_gpu_hours: float  # utilisation-weighted
     idle_now: int
+    measured: bool = True  # False: the namespace's cluster sends no telemetry
+    cluster: str = ""
 
     @property
     def hours(self) -> float:
@@ -346,6 +349,7 @@ def annotate_renewals(requests, now: datetime | None = None) -> None:
     idle_by_ns: dict[NsKey, int] = defaultdict(int)
     for a in idle:
         idle_by_ns[a.key] += a.gpus
+    measured = None
     for r in renewals:
         key = (r.namespace.cluster_id, r.namespace.name)
         begin = max(start, r.target_grant.starts_at)
@@ -355,6 +359,8 @@ def annotate_renewals(requests, now: datetime | None = None) -> None:
             [g for g in grants if g.namespace_id == r.namespace_id], begin, now, now=now
         )
         alloc, busy = used_since(used, key, begin)
+        if measured is None:
+            measured = measured_cluster_ids({r.namespace.cluster_id for r in renewals})
         r.utilisation = GrantUtilisation(
             start=begin,
             end=now,
@@ -362,6 +368,8 @@ def annotate_renewals(requests, now: datetime | None = None) -> None:
             allocated_gpu_hours=alloc,
             busy_gpu_hours=busy,
             idle_now=idle_by_ns.get(key, 0),
+            measured=r.namespace.cluster_id in measured,
+            cluster=r.namespace.cluster.name,
         )
 
 
@@ -419,6 +427,8 @@ class UsageRow:
     busy: float = 0.0  # of those, GPUs at or above the idle threshold over the last hour
     capacity: int = 0
     util_pct: float | None = None  # mean utilisation of its GPUs over the period shown
+    unmeasured: list = field(default_factory=list)  # names of its clusters without telemetry
+    measured_any: bool = True  # False: none of its clusters sends telemetry (held: not measured)
 
     @property
     def busy_pct(self) -> float | None:
@@ -459,16 +469,24 @@ def held_and_busy(
 
 def team_rows(teams, now: datetime | None = None, current: Now | None = None) -> list[UsageRow]:
     """One UsageRow per team (whole GPUs): granted from active grants, requested from the
-    inventory's NamespaceUsage, held/busy from attribution. Seven queries."""
+    inventory's NamespaceUsage, held/busy from attribution; which of its clusters send no
+    telemetry (held and busy there: not measured). Nine queries."""
     from inventory.models import NamespaceUsage
 
     now = now or timezone.now()
     teams = list(teams)
-    namespaces = list(TeamNamespace.objects.filter(team__in=teams))
+    namespaces = list(TeamNamespace.objects.filter(team__in=teams).select_related("cluster"))
     ns_team = {(ns.cluster_id, ns.name): ns.team_id for ns in namespaces}
     rows = {t.pk: UsageRow(label=t.name) for t in teams}
     for row, t in zip(rows.values(), teams, strict=True):
         row.team = t
+    measured = measured_cluster_ids({ns.cluster_id for ns in namespaces})
+    clusters: dict = defaultdict(dict)
+    for ns in namespaces:
+        clusters[ns.team_id][ns.cluster_id] = ns.cluster.name
+    for team_id, names in clusters.items():
+        rows[team_id].unmeasured = sorted(n for c, n in names.items() if c not in measured)
+        rows[team_id].measured_any = any(c in measured for c in names)
     for g in (
         Grant.objects.active_at(now)
         .filter(namespace__in=namespaces, resource=GPU_RESOURCE)

@@ -135,7 +135,7 @@ class ShowbackRow:
     team: Team
     resource: str
     granted_hours: float
-    allocated_hours: float | None  # None: not measured (MIG slices)
+    allocated_hours: float | None  # None: not measured (MIG slices; no telemetry)
     busy_hours: float | None
 
     @property
@@ -175,6 +175,10 @@ class Ledger:
     granted: dict[tuple, float]
     # (team id, class id or None) -> [allocated GPU-hours, busy GPU-hours] (whole GPUs)
     used: dict[tuple, list[float]]
+    # teams none of whose clusters sends telemetry: their allocated figures are not
+    # measured (telemetry/measured.py), never 0; and the classes of such clusters
+    unmeasured_teams: frozenset = frozenset()
+    unmeasured_classes: frozenset = frozenset()
 
 
 def ledger(teams, start: datetime, end: datetime, now: datetime | None = None) -> Ledger:
@@ -209,7 +213,32 @@ def ledger(teams, start: datetime, end: datetime, now: datetime | None = None) -
                     cell = used[(team_id, class_id)]
                     cell[0] += hours * share
                     cell[1] += busy * share
-    return Ledger(teams=teams, granted=dict(granted), used=dict(used))
+    return Ledger(teams=teams, granted=dict(granted), used=dict(used),
+                  **_unmeasured(teams, granted))  # fmt: skip
+
+
+def _unmeasured(teams, granted) -> dict:
+    """Which teams and GPU classes no telemetry covers (telemetry/measured.py)."""
+    from inventory.models import GpuClass
+    from quotas.models import TeamNamespace
+
+    from .measured import measured_cluster_ids
+
+    clusters: dict = defaultdict(set)
+    for team_id, cluster_id in TeamNamespace.objects.filter(team__in=teams).values_list(
+        "team_id", "cluster_id"
+    ):
+        clusters[team_id].add(cluster_id)
+    measured = measured_cluster_ids({c for cs in clusters.values() for c in cs})
+    class_ids = {c for (_, _, c) in granted if c is not None}
+    return {
+        "unmeasured_teams": frozenset(t for t, cs in clusters.items() if not cs & measured),
+        "unmeasured_classes": frozenset(
+            GpuClass.objects.filter(pk__in=class_ids)
+            .exclude(cluster_id__in=measured)
+            .values_list("pk", flat=True)
+        ),
+    }
 
 
 def resource_order(resource: str) -> tuple:
@@ -231,7 +260,7 @@ def rows(led: Ledger) -> list[ShowbackRow]:
         if team.pk in used:
             resources.add(GPU_RESOURCE)
         for resource in sorted(resources, key=resource_order):
-            measured = resource == GPU_RESOURCE
+            measured = resource == GPU_RESOURCE and team.pk not in led.unmeasured_teams
             a, b = used.get(team.pk, (0.0, 0.0))
             out.append(
                 ShowbackRow(
