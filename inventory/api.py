@@ -376,6 +376,10 @@ class ResourceTotalsSerializer(serializers.Serializer):
     allocatable = serializers.IntegerField()
     requested = serializers.IntegerField(help_text="what bound, unfinished pods request")
     idle = serializers.IntegerField(help_text=f"idle now: {DEFINITIONS['idle']}")
+    replicas = serializers.BooleanField(
+        help_text="true: counted on time-sliced nodes, in replicas (never added to the "
+        "physical row of the same resource)"
+    )
 
 
 class ProductSummarySerializer(serializers.Serializer):
@@ -388,9 +392,7 @@ class ProductSummarySerializer(serializers.Serializer):
     resources = serializers.SerializerMethodField()
 
     def get_resources(self, obj) -> list[dict]:
-        return ResourceTotalsSerializer(
-            sorted(obj.resources.values(), key=lambda r: r.resource), many=True
-        ).data
+        return ResourceTotalsSerializer(obj.rows(), many=True).data
 
 
 @extend_schema(

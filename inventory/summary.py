@@ -1,10 +1,15 @@
-"""Fleet aggregates shared by the fleet page and ``GET /api/v1/inventory/summary/``."""
+"""Fleet aggregates shared by the fleet page and ``GET /api/v1/inventory/summary/``.
+
+On a time-sliced node (``nvidia.com/gpu.replicas`` above 1) each resource counts replicas,
+not GPUs or slices: those totals are kept apart (``replicas=True``) and never added to
+physical ones (issue #21: "time-sliced replicas are labelled as replicas").
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models import BooleanField, Count, ExpressionWrapper, Q, QuerySet, Sum
 
 from .figures import IDLE
 from .models import GPU_RESOURCE, Node, NodeResource, base_product
@@ -17,6 +22,7 @@ class ResourceTotals:
     allocatable: int = 0
     requested: int = 0
     idle: int = 0  # idle now, summed per node (inventory/figures.py)
+    replicas: bool = False  # counted on time-sliced nodes: replicas, not devices
 
     @property
     def unhealthy(self) -> int:
@@ -39,11 +45,25 @@ class ProductSummary:
 
     @property
     def gpu(self) -> ResourceTotals:
+        """Physical ``nvidia.com/gpu`` (nodes that are not time-sliced)."""
         return self.resources.get(GPU_RESOURCE) or ResourceTotals(GPU_RESOURCE)
 
     @property
+    def gpu_replicas(self) -> ResourceTotals | None:
+        """``nvidia.com/gpu`` replicas on time-sliced nodes (None: no such node)."""
+        return self.resources.get(key(GPU_RESOURCE, True))
+
+    @property
     def mig_resources(self) -> list[ResourceTotals]:
-        return [r for name, r in sorted(self.resources.items()) if name != GPU_RESOURCE]
+        return [r for r in self.rows() if r.resource != GPU_RESOURCE]
+
+    def rows(self) -> list[ResourceTotals]:
+        return sorted(self.resources.values(), key=lambda r: (r.resource, r.replicas))
+
+
+def key(resource: str, replicas: bool) -> str:
+    """Where a resource's totals live in ``ProductSummary.resources``."""
+    return f"{resource} (replicas)" if replicas else resource
 
 
 def fleet_summary(nodes: QuerySet[Node] | None = None) -> list[ProductSummary]:
@@ -77,14 +97,20 @@ def fleet_summary(nodes: QuerySet[Node] | None = None) -> list[ProductSummary]:
         summary.unschedulable_nodes += row["cordoned"]
     resource_rows = (
         NodeResource.objects.filter(node__in=nodes)
-        .values("node__gpu_product", "resource")
+        .annotate(
+            shared=ExpressionWrapper(Q(node__gpu_replicas__gt=1), output_field=BooleanField())
+        )
+        .values("node__gpu_product", "shared", "resource")
         .annotate(
             cap=Sum("capacity"), alloc=Sum("allocatable"), req=Sum("requested"), idle=Sum(IDLE)
         )
     )
     for row in resource_rows:
         summary = products[base_product(row["node__gpu_product"])]
-        totals = summary.resources.setdefault(row["resource"], ResourceTotals(row["resource"]))
+        name, shared = row["resource"], bool(row["shared"])
+        totals = summary.resources.setdefault(
+            key(name, shared), ResourceTotals(name, replicas=shared)
+        )
         totals.capacity += row["cap"] or 0
         totals.allocatable += row["alloc"] or 0
         totals.requested += row["req"] or 0
@@ -101,7 +127,7 @@ def fleet_totals(summaries: list[ProductSummary]) -> ProductSummary:
         total.time_sliced_nodes += s.time_sliced_nodes
         total.unschedulable_nodes += s.unschedulable_nodes
         for name, r in s.resources.items():
-            t = total.resources.setdefault(name, ResourceTotals(name))
+            t = total.resources.setdefault(name, ResourceTotals(r.resource, replicas=r.replicas))
             t.capacity += r.capacity
             t.allocatable += r.allocatable
             t.requested += r.requested

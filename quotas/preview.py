@@ -215,6 +215,12 @@ class Outlook:
     free_now: Headroom
     free_window: Headroom
     enforced: bool
+    idle_now: int = 0  # inventory/figures.py, on the class's nodes (the cluster's for any)
+    usable: object = None  # quotas.figures.Usable of the namespace for this resource/class
+
+    @property
+    def usable_now(self) -> int | None:
+        return None if self.usable is None else self.usable.usable
 
     def as_dict(self) -> dict:
         return {
@@ -226,6 +232,9 @@ class Outlook:
             "free_now": self.free_now.free,
             "free_window": self.free_window.free,
             "class_enforced": self.enforced,
+            "idle_now": self.idle_now,
+            "usable_now": self.usable_now,
+            "usable_binding": self.usable.binding if self.usable is not None else "",
         }
 
 
@@ -248,6 +257,18 @@ def outlook(
     if gpu_class is not None:
         pods = pods.filter(node__gpu_class=gpu_class)
     cap = Capacity([ns.cluster_id], [resource], now=now)
+    from inventory.figures import POOL, idle_now
+
+    from .figures import usable
+
+    idle = idle_now([ns.cluster_id], [resource]).get(
+        (ns.cluster_id, gpu_class.pk if gpu_class else POOL, resource)
+    )
+    mine = next(
+        (u for u in usable(state(ns), now) if u.resource == resource
+         and (u.gpu_class is None or gpu_class is None or u.gpu_class == gpu_class)),
+        None,
+    )  # fmt: skip
     return Outlook(
         gpu_class=gpu_class,
         resource=resource,
@@ -258,4 +279,6 @@ def outlook(
         ),
         free_window=cap.free(ns.cluster_id, gpu_class, resource, start, end, namespace=ns.name),
         enforced=ns.cluster.enforces_classes,
+        idle_now=idle.idle if idle else 0,
+        usable=mine,
     )

@@ -86,6 +86,16 @@ class OutlookSerializer(serializers.Serializer):
     class_enforced = serializers.BooleanField(
         help_text="false: class not enforced by Kubernetes on this cluster (ResourceQuota)"
     )
+    idle_now = serializers.IntegerField(
+        help_text="idle now on the class's nodes (the cluster's for any class): allocatable "
+        "minus what bound, unfinished pods request"
+    )
+    usable_now = serializers.IntegerField(
+        allow_null=True,
+        help_text="usable by the team now in the namespace (its effective limit minus what "
+        "it uses); null: no quota limits it",
+    )
+    usable_binding = serializers.CharField(help_text="what sets that limit, in words")
     problems = serializers.DictField(
         child=serializers.ListField(child=serializers.CharField()),
         help_text="what submitting would refuse, per field (empty: it would be accepted)",

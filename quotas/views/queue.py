@@ -9,11 +9,13 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
+from inventory.figures import POOL, idle_now
 from mig.models import MigRequest
 from telemetry.insight import annotate_renewals
 
 from .. import demand, inbox, preview
 from ..capacity import Capacity
+from ..figures import usable
 from ..models import (
     Grant,
     QuotaRequest,
@@ -89,8 +91,18 @@ def _quota_facts(pending: list[QuotaRequest]) -> dict:
     ):
         if g.state(now) == "active":
             ns_grants[g.namespace_id].append(g)
+    idle = idle_now(cluster_ids, {r.resource for r in pending})
+    usable_of = {ns_id: usable(st, now) for ns_id, st in states.items()}
     rows = {}
     for req in pending:
+        idle_fig = idle.get(
+            (req.namespace.cluster_id, req.gpu_class_id if req.gpu_class_id else POOL, req.resource)
+        )
+        mine = next(
+            (u for u in usable_of[req.namespace_id] if u.resource == req.resource
+             and (u.gpu_class is None or u.gpu_class.pk == req.gpu_class_id)),
+            None,
+        )  # fmt: skip
         room = capacity.free(
             req.namespace.cluster_id,
             req.gpu_class,
@@ -114,6 +126,8 @@ def _quota_facts(pending: list[QuotaRequest]) -> dict:
             "state": st,
             "pending": waiting.get((req.namespace_id, req.resource)),
             "pending_class": _for_class(waiting.get((req.namespace_id, req.resource)), req),
+            "idle_now": idle_fig.idle if idle_fig else 0,
+            "usable": mine,
         }
     return rows
 

@@ -27,6 +27,7 @@ from quotas.models import Grant, OvercommitPolicy, TeamNamespace
 pytestmark = pytest.mark.django_db
 GPU = "nvidia.com/gpu"
 PRODUCT = "nvidia.com/gpu.product"
+REPLICAS = "nvidia.com/gpu.replicas"
 TERMINAL = ("Succeeded", "Failed")
 
 
@@ -213,12 +214,17 @@ def compare_idle_and_free(client, sim, slug: str) -> None:
         names = {n["metadata"]["name"] for n in nodes
                  if base_product((n["metadata"].get("labels") or {}).get(PRODUCT, ""))
                  == product["product"]}  # fmt: skip
+        # a time-sliced node's resources count replicas: a row of their own, never added
+        sliced = {n["metadata"]["name"] for n in nodes
+                  if int((n["metadata"].get("labels") or {}).get(REPLICAS, "1")) > 1}  # fmt: skip
         for row in product["resources"]:
             r = row["resource"]
-            truth = sums({k: v for k, v in per_node.items() if k[1] == r}, names)
+            on = names & sliced if row["replicas"] else names - sliced
+            truth = sums({k: v for k, v in per_node.items() if k[1] == r}, on)
             assert (row["allocatable"], row["requested"], row["idle"]) == truth, product
             if r == GPU:
-                assert number(page, f'data-idle="{product["product"]}"') == truth[2]
+                attr = "data-idle-replicas" if row["replicas"] else "data-idle"
+                assert number(page, f'{attr}="{product["product"]}"') == truth[2]
     for node in Node.objects.filter(cluster=cluster, gpu_count__gt=0):
         html = client.get(reverse("inventory:node", args=[node.pk])).content.decode()
         for (name, r), (_, _, idle) in per_node.items():
@@ -267,6 +273,32 @@ def test_idle_free_and_usable_equal_the_cluster_on_the_resourcequota_demo(client
     labels = f'cluster="demo",gpu_class="",namespace="ml-vision",resource="{GPU}",team="vision"'
     lines = [x for x in metrics.splitlines() if x.startswith("portal_namespace_usable")]
     assert f"portal_namespace_usable{{{labels}}} {float(gpu['usable'])}" in lines, lines
+
+    # The approval queue and the request form's preview show idle now and usable beside
+    # free to grant, equal to the same truths.
+    from quotas.models import QuotaRequest
+
+    nodes, per_node = sim.api.list("nodes"), idle_per_node(sim.api.list("nodes"), pods)
+    queue = admin_client(client).get(reverse("quotas:queue")).content.decode()
+    pending = QuotaRequest.objects.filter(status="pending", namespace__cluster__slug="demo")
+    assert pending.exists(), "the demo has requests waiting for a decision"
+    for req in pending.select_related("gpu_class", "namespace"):
+        selector = req.gpu_class.selector if req.gpu_class else {}
+        names = {n["metadata"]["name"] for n in nodes
+                 if matches(n["metadata"].get("labels") or {}, selector)}  # fmt: skip
+        idle = sums({k: v for k, v in per_node.items() if k[1] == req.resource}, names)[2]
+        card = queue[queue.index(f'id="q-{req.pk}"') :]
+        assert number(card, "data-queue-idle") == idle, req
+        limit = client.get(f"/api/v1/namespaces/{req.namespace.pk}/").json()["usable"]
+        usable = next(u["usable"] for u in limit if u["resource"] == req.resource)
+        assert number(card, "data-queue-usable") == usable, req
+        preview = admin_client(client).post(reverse("quotas:request-new"), {
+            "team": req.team_id, "namespace": req.namespace.pk, "resource": req.resource,
+            "gpu_class": req.gpu_class.pk if req.gpu_class else "", "amount": 1,
+            "duration": "permanent", "justification": "x", "preview": "1",
+        }).content.decode()  # fmt: skip
+        assert number(preview, 'data-outlook="idle-now"') == idle, req
+        assert number(preview, 'data-outlook="usable-now"') == usable, req
 
 
 # -- the Kueue cluster --------------------------------------------------------------------

@@ -25,6 +25,7 @@ def fleet(db):
         gpus=2,
         resources={"nvidia.com/gpu": (8, 8, 3)},
         sharing_strategy="time-slicing",
+        gpu_replicas=4,
     )
     make_node(
         c,
@@ -128,6 +129,14 @@ def test_summary_per_product(researcher_api, fleet):
     mig = next(r for r in a100["resources"] if r["resource"] == "nvidia.com/mig-1g.10gb")
     assert (mig["allocatable"], mig["requested"]) == (56, 5)
     assert products["NVIDIA-L40S"]["time_sliced_nodes"] == 1
+    # its 8 are replicas of 2 GPUs: a row of their own, never added to physical GPUs
+    assert [
+        (r["resource"], r["replicas"], r["allocatable"], r["idle"])
+        for r in products["NVIDIA-L40S"]["resources"]
+    ] == [("nvidia.com/gpu", True, 8, 5)]
+    totals = {(r["resource"], r["replicas"]): r["allocatable"] for r in data["totals"]["resources"]}
+    assert totals[("nvidia.com/gpu", True)] == 8
+    assert totals[("nvidia.com/gpu", False)] == 22 + 8  # A100 and H100, no L40S replicas
     assert products["NVIDIA-H100-80GB-HBM3"]["unschedulable_nodes"] == 1
     assert data["totals"]["nodes"] == 6
     r = researcher_api.get("/api/v1/inventory/summary/", {"cluster": "missing"})
