@@ -45,8 +45,10 @@ def _audit_filtered(request: HttpRequest) -> tuple[AuditFilterForm, QuerySet[Aud
 def audit(request: HttpRequest) -> HttpResponse:
     form, qs = _audit_filtered(request)
     page = Paginator(qs, AUDIT_PER_PAGE).get_page(request.GET.get("page"))
+    names = object_names(page.object_list)
     for e in page.object_list:
         e.changes = _changes(e.before, e.after)
+        e.object_name = names.get((e.object_type, e.object_id), "")
     query = request.GET.copy()
     query.pop("page", None)
     return render(
@@ -59,6 +61,53 @@ def audit(request: HttpRequest) -> HttpResponse:
             "export_query": query.urlencode(),
         },
     )
+
+
+def object_names(events) -> dict[tuple[str, str], str]:
+    """What each event is about, by name (a namespace, team, node, grant...), not by id:
+    one query per kind of object on the page. An object deleted since keeps its id only."""
+    from inventory.models import Cluster, Node
+    from mig.models import MigRequest
+
+    from ..models import ForeignQuota, Grant, QuotaRequest, Team, TeamNamespace
+
+    def ns(n) -> str:
+        return f"{n.cluster.slug}/{n.name}"
+
+    kinds = {
+        "teamnamespace": (TeamNamespace.objects.select_related("cluster"), ns),
+        "team": (Team.objects.all(), lambda t: t.name),
+        "node": (Node.objects.select_related("cluster"), lambda n: f"{n.cluster.slug}/{n.name}"),
+        "cluster": (Cluster.objects.all(), lambda c: c.slug),
+        "grant": (Grant.objects.select_related("namespace__cluster"),
+                  lambda g: f"+{g.amount} {g.resource} for {ns(g.namespace)}"),
+        "quotarequest": (QuotaRequest.objects.select_related("namespace__cluster"),
+                         lambda r: f"+{r.amount} {r.resource} for {ns(r.namespace)}"),
+        "foreignquota": (ForeignQuota.objects.select_related("namespace__cluster"),
+                         lambda q: f"quota {q.name} in {ns(q.namespace)}"),
+        "migrequest": (MigRequest.objects.all(), lambda m: str(m)),
+    }  # fmt: skip
+    wanted: dict[str, set] = {}
+    for e in events:
+        if e.object_type in kinds:
+            wanted.setdefault(e.object_type, set()).add(e.object_id)
+    out = {}
+    for kind, ids in wanted.items():
+        qs, label = kinds[kind]
+        valid = [i for i in ids if _pk_like(qs.model, i)]
+        for obj in qs.filter(pk__in=valid):
+            out[(kind, str(obj.pk))] = label(obj)
+    return out
+
+
+def _pk_like(model, value: str) -> bool:
+    from django.core.exceptions import ValidationError
+
+    try:
+        model._meta.pk.to_python(value)
+    except (ValueError, TypeError, ValidationError):  # a malformed id names nothing
+        return False
+    return True
 
 
 _ISO = re.compile(r"^(\d{4}-\d\d-\d\d)T(\d\d:\d\d)[^ ]*$")

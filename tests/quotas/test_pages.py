@@ -487,6 +487,18 @@ def test_audit_is_scoped_and_filtered(client, world, researcher, admin_user):
     assert response.context["form"].errors["until"]
 
 
+def test_audit_names_its_objects_not_ids(client, world, researcher, admin_user):
+    from quotas import services
+
+    req = make_request(world["ns"], researcher, amount=3)
+    services.set_baseline(world["ns"], "nvidia.com/gpu", 2, admin_user)
+    html = login(client, admin_user).get(reverse("quotas:audit")).content.decode()
+    ns = f"{world['ns'].cluster.slug}/{world['ns'].name}"
+    assert f"<span data-object-name>+3 nvidia.com/gpu for {ns}</span>" in html
+    assert f"<span data-object-name>+2 nvidia.com/gpu for {ns}</span>" in html  # the grant
+    assert str(req.pk)[:8] not in html.replace(f"/requests/{req.pk}/", "")
+
+
 def test_audit_csv_export_honours_scope_and_filters(client, world, researcher):
     mine = make_request(world["ns"], researcher)
     make_request(world["other_ns"], world["outsider"])
