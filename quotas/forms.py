@@ -260,10 +260,22 @@ class RequestFilterForm(forms.Form):
         required=False, choices=[("", "Any"), ("open", "Open"), *QuotaRequest.Status.choices]
     )
     team = forms.ChoiceField(required=False, choices=())
+    cluster = forms.ChoiceField(required=False, choices=())
+    q = forms.CharField(
+        required=False, max_length=100, label="Search",
+        help_text="namespace, resource, GPU class, requester or justification",
+    )  # fmt: skip
 
     def __init__(self, *args, teams, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["team"].choices = [("", "Any"), *((t.slug, t.name) for t in teams)]
+        clusters = (
+            TeamNamespace.objects.filter(team__in=teams)
+            .values_list("cluster__slug", "cluster__name")
+            .distinct()
+            .order_by("cluster__name")
+        )
+        self.fields["cluster"].choices = [("", "Any"), *clusters]
 
 
 class AuditFilterForm(forms.Form):

@@ -15,6 +15,7 @@ urlpatterns = [
     ),
     path("requests/", views.request_list, name="requests"),
     path("requests/new/", views.request_new, name="request-new"),
+    path("requests/export.csv", views.request_export, name="request-export"),
     path("requests/<uuid:pk>/", views.request_detail, name="request"),
     path("requests/<uuid:pk>/cancel/", views.request_cancel, name="request-cancel"),
     path("requests/<uuid:pk>/approve/", views.request_approve, name="request-approve"),

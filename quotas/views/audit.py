@@ -140,7 +140,7 @@ def _compact(value) -> str:
     return json.dumps(value, sort_keys=True, separators=(", ", ": "), ensure_ascii=False)
 
 
-def _cell(value) -> str:
+def csv_cell(value) -> str:
     """A CSV cell a spreadsheet will not run as a formula."""
     text = "" if value is None else str(value)
     return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
@@ -166,7 +166,7 @@ def audit_export(request: HttpRequest) -> HttpResponse:
     )
     for e in qs.iterator(chunk_size=1000):
         writer.writerow(
-            _cell(v)
+            csv_cell(v)
             for v in (
                 e.at.isoformat(),
                 e.actor_name,

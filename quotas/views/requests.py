@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import csv
 import uuid
 from datetime import datetime
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -37,6 +39,7 @@ from ..models import (
     TeamNamespace,
 )
 from ..scoping import visible_to
+from .audit import csv_cell
 from .common import (
     _can_manage,
     _staff_only,
@@ -177,18 +180,12 @@ def grant_release(request: HttpRequest, pk) -> HttpResponse:
 def request_list(request: HttpRequest) -> HttpResponse:
     teams_list = list(visible_teams(request.user))
     form = RequestFilterForm(request.GET or None, teams=teams_list)
-    qs = visible_requests(request.user).select_related("grant")  # the granted amount
+    qs = visible_requests(request.user).select_related("grant", "gpu_class")  # granted, class
     # The team's MIG requests are listed with its quota requests (quotas/inbox.py).
     mig_qs = visible_to(MigRequest.objects.all(), request.user).select_related(
         "team", "namespace", "cluster", "requested_by", "node"
     )
-    if form.is_valid():
-        status, team = form.cleaned_data["status"], form.cleaned_data["team"]
-        qs, mig_qs = inbox.by_status(qs, mig_qs, status)
-        if team:
-            qs, mig_qs = qs.filter(team__slug=team), mig_qs.filter(team__slug=team)
-    elif form.is_bound:
-        qs, mig_qs = qs.none(), mig_qs.none()
+    qs, mig_qs = _filtered(form, qs, mig_qs)
     page = inbox.page_of(
         qs, mig_qs, sort="newest", number=request.GET.get("page"), per_page=REQUESTS_PER_PAGE
     )
@@ -201,6 +198,62 @@ def request_list(request: HttpRequest) -> HttpResponse:
             "filtered": any(v for k, v in request.GET.items() if k != "page"),
         },
     )
+
+
+def _filtered(form, qs, mig_qs):
+    """The list's filters (status, team, cluster, a search), on both kinds of request; a
+    refused filter matches nothing (the form says why)."""
+    if not form.is_valid():
+        return (qs.none(), mig_qs.none()) if form.is_bound else (qs, mig_qs)
+    d = form.cleaned_data
+    qs, mig_qs = inbox.by_status(qs, mig_qs, d["status"])
+    if d["team"]:
+        qs, mig_qs = qs.filter(team__slug=d["team"]), mig_qs.filter(team__slug=d["team"])
+    if d["cluster"]:
+        qs = qs.filter(namespace__cluster__slug=d["cluster"])
+        mig_qs = mig_qs.filter(cluster__slug=d["cluster"])
+    if text := d["q"].strip():
+        qs = qs.filter(
+            Q(namespace__name__icontains=text) | Q(resource__icontains=text)
+            | Q(gpu_class__name__icontains=text) | Q(requested_by__username__icontains=text)
+            | Q(justification__icontains=text)
+        )  # fmt: skip
+        mig_qs = mig_qs.filter(
+            Q(namespace__name__icontains=text) | Q(product__icontains=text)
+            | Q(requested_by__username__icontains=text) | Q(justification__icontains=text)
+        )  # fmt: skip
+    return qs, mig_qs
+
+
+CSV_COLUMNS = ["id", "kind", "team", "cluster", "namespace", "resource", "gpu_class", "amount",
+               "granted_amount", "status", "requested_by", "created_at", "starts_at", "ends_at",
+               "granted_ends_at"]  # fmt: skip
+
+
+@login_required
+def request_export(request: HttpRequest) -> HttpResponse:
+    """The quota requests the list's filters select, as CSV (newest first)."""
+    form = RequestFilterForm(request.GET or None, teams=list(visible_teams(request.user)))
+    if form.is_bound and not form.is_valid():
+        reasons = "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())
+        return HttpResponse(f"Invalid filter, nothing exported: {reasons}", status=400,
+                            content_type="text/plain; charset=utf-8")  # fmt: skip
+    qs = visible_requests(request.user).select_related("gpu_class")
+    qs, _ = _filtered(form, qs, MigRequest.objects.none())
+    response = HttpResponse(content_type="text/csv; charset=utf-8")
+    stamp = timezone.now().strftime("%Y%m%d-%H%M")
+    response["Content-Disposition"] = f'attachment; filename="requests-{stamp}.csv"'
+    writer = csv.writer(response)
+    writer.writerow(CSV_COLUMNS)
+    for r in qs.order_by("-created_at").iterator(chunk_size=1000):
+        row = (
+            r.pk, r.kind, r.team.slug, r.namespace.cluster.slug, r.namespace.name, r.resource,
+            r.gpu_class.name if r.gpu_class else "", r.amount, r.granted_amount, r.status,
+            r.requested_by.get_username(), r.created_at, r.starts_at, r.ends_at,
+            r.granted_ends_at,
+        )  # fmt: skip
+        writer.writerow(csv_cell(v.isoformat() if hasattr(v, "isoformat") else v) for v in row)
+    return response
 
 
 def _timeline(req: QuotaRequest) -> list[dict]:

@@ -290,6 +290,37 @@ def test_request_list_is_scoped_filtered_and_paginated(client, world, researcher
     assert page.paginator.count == 1
 
 
+def test_request_list_searches_filters_by_cluster_and_exports_csv(
+    client, world, researcher, admin_user
+):
+    import csv
+    import io
+
+    other = make_cluster("gpu-b")
+    make_node(other, "b1", gpus=8)
+    ns_b = TeamNamespace.objects.create(team=world["vision"], cluster=other, name="ml-vision-b")
+    on_a = make_request(world["ns"], researcher, amount=1)
+    on_b = make_request(ns_b, researcher, amount=2)
+    login(client, researcher)
+    page = client.get(reverse("quotas:requests"), {"cluster": "gpu-b"}).context["page"]
+    assert [r.pk for r in page.object_list] == [on_b.pk]
+    page = client.get(reverse("quotas:requests"), {"q": "vision-b"}).context["page"]
+    assert [r.pk for r in page.object_list] == [on_b.pk]
+    html = client.get(reverse("quotas:requests")).content.decode()
+    assert '<th scope="col">GPU class</th>' in html and "any class" in html
+    resp = client.get(reverse("quotas:request-export"), {"cluster": "gpu-a"})
+    assert resp["Content-Type"].startswith("text/csv")
+    rows = list(csv.DictReader(io.StringIO(resp.content.decode())))
+    assert [(r["id"], r["cluster"], r["namespace"], r["amount"]) for r in rows] == [
+        (str(on_a.pk), "gpu-a", "ml-vision", "1")
+    ]
+    assert client.get(reverse("quotas:request-export"), {"q": "x" * 101}).status_code == 400
+    # another team's requests are in neither
+    make_request(world["other_ns"], world["outsider"])
+    body = client.get(reverse("quotas:request-export")).content.decode()
+    assert "ml-nlp" not in body
+
+
 def test_timeline_shows_events_and_attempts(client, world, researcher, admin_user):
     req = make_request(world["ns"], researcher)
     services.approve(req, admin_user, note="go ahead")
