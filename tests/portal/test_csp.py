@@ -28,7 +28,8 @@ CHROMIUM = "chromium"
 # Page routes a browser does not GET as a page (POST-only actions, CSV, sign-out).
 NOT_PAGES = {
     "quotas:request-approve", "quotas:request-reject", "quotas:foreign-adopt",
-    "quotas:foreign-keep", "quotas:audit-export", "quotas:request-export", "mig:request-approve", "mig:request-reject",
+    "quotas:foreign-keep", "quotas:audit-export", "quotas:request-export",
+    "mig:request-approve", "mig:request-reject",
     "mig:request-revert", "telemetry:showback-csv", "telemetry:showback-classes-csv",
     "inventory:cluster-preflight", "inventory:cluster-sync", "token-revoke", "logout",
 }  # fmt: skip
