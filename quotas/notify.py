@@ -255,8 +255,9 @@ def membership_changed(team, user, by, to_user: str, to_managers: str) -> None:
     """
     actor = by.get_username() if by is not None and by.pk else "The portal"
     link = settings.PORTAL_URL.rstrip("/") + reverse("quotas:team-members", args=[team.slug])
+    yourself = by is not None and by.pk == user.pk  # nobody is told of their own action
     send(
-        MEMBERSHIP, [user],
+        MEMBERSHIP, [] if yourself else [user],
         f"[GPU portal] {actor} {to_user}",
         f"{actor} {to_user}.\n\nWho is in the team: {link}\n",
         url=link, team=team, webhook=False,  # webhooks get the managers' wording below
@@ -265,6 +266,7 @@ def membership_changed(team, user, by, to_user: str, to_managers: str) -> None:
         m.user
         for m in Membership.objects.filter(team=team, role=Membership.Role.MANAGER)
         .exclude(user=user)
+        .exclude(user_id=getattr(by, "pk", None))
         .select_related("user")
     ]
     send(

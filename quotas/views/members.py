@@ -47,6 +47,7 @@ def team_members(request: HttpRequest, slug: str) -> HttpResponse:
     team = _team(request, slug)
     can_manage = membership.can_manage(request.user, team)
     add_form = AddMemberForm(prefix="add")
+    confirm_demote = False
     if request.method == "POST":
         _may_manage(request, team)
         if request.POST.get("action") == "add":
@@ -54,8 +55,12 @@ def team_members(request: HttpRequest, slug: str) -> HttpResponse:
             if add_form.is_valid() and _add(request, team, add_form):
                 return redirect("quotas:team-members", slug=team.slug)
         else:
-            _set_role(request, team, RoleForm(request.POST))
-            return redirect("quotas:team-members", slug=team.slug)
+            form = RoleForm(request.POST)
+            if _demotes_self(request, team, form) and request.POST.get("confirm") != "yes":
+                confirm_demote = True  # asked first: shown below, nothing changed yet
+            else:
+                _set_role(request, team, form)
+                return redirect("quotas:team-members", slug=team.slug)
     people = sorted(
         # ``sso``: the membership single sign-on manages, if it does (portal/sso/).
         team.memberships.select_related("user", "sso"),
@@ -66,8 +71,19 @@ def team_members(request: HttpRequest, slug: str) -> HttpResponse:
         request,
         "quotas/members.html",
         {"team": team, "people": people, "managers": managers, "can_manage": can_manage,
-         "add_form": add_form, "roles": Role.choices},
+         "add_form": add_form, "roles": Role.choices, "confirm_demote": confirm_demote},
     )  # fmt: skip
+
+
+def _demotes_self(request: HttpRequest, team: Team, form: RoleForm) -> bool:
+    """A manager making themself a member: they lose the right to undo it."""
+    if not form.is_valid() or form.cleaned_data["role"] != Role.MEMBER:
+        return False
+    if form.cleaned_data["username"] != request.user.get_username():
+        return False
+    managers = team.memberships.filter(role=Role.MANAGER)
+    # the last manager is refused anyway (quotas/membership.py): no question to ask then
+    return managers.filter(user=request.user).exists() and managers.count() > 1
 
 
 def _add(request: HttpRequest, team: Team, form: AddMemberForm) -> bool:
