@@ -11,6 +11,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.templatetags.static import static
 from django.views.decorators.cache import never_cache
 
 from .models import ApiToken
@@ -64,3 +65,10 @@ def revoke_token(request: HttpRequest, pk) -> HttpResponse:
         messages.success(request, f"Token “{token.name}” ({token.prefix}…) revoked.")
         return redirect("account")
     return render(request, "portal/token_revoke.html", {"token": token})
+
+
+def favicon(request: HttpRequest) -> HttpResponse:
+    """Browsers ask for /favicon.ico on pages without a <link rel="icon"> (JSON, the API).
+    Resolved per request: with the manifest storage of production settings the hashed
+    name exists only after collectstatic, not when the URLconf is imported."""
+    return redirect(static("img/favicon.svg"), permanent=True)
