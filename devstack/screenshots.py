@@ -2,12 +2,12 @@
 
 Runs against a running demo (``make demo``): signs in through the login form as the persona
 each page is for (alice: a member of Computer Vision, bob: its manager, admin: a portal
-admin; passwords ``<name>-demo-pass``) and saves PNGs, 1280 px wide (a few at 390 px, the
-phone layout). Pages that show one request pick it through the API with the same session:
-a request approved for less than asked, a MIG request that ran, a pending MIG request
-(a fresh demo has none of these: docs/api-guide.md sections 3, 5 and 11 make them with
-curl). The script itself changes nothing: the quota form is only previewed ("Check what
-is free") and the MIG form is filled, not sent.
+admin; carol: a member of NLP; passwords ``<name>-demo-pass``) and saves PNGs, 1280 px wide
+(a few at 390 px, the phone layout). Pages that show one request pick it through the API
+with the same session: a request approved for less than asked, a MIG request that ran, a
+pending MIG request (a fresh demo has none of these: docs/api-guide.md sections 3, 5 and 11
+make them with curl). The script itself changes nothing: the quota form is only previewed
+("Check what is free") and the MIG form is filled, not sent.
 
     .venv/bin/python devstack/screenshots.py --base http://127.0.0.1:8000 \\
         --out docs/screenshots/guide [--only fleet,queue]
@@ -111,6 +111,8 @@ SHOTS = [
     Shot("members", "bob", "/teams/vision/members/", height=800),
     Shot("telemetry-team", "alice", "/telemetry/teams/vision/", height=1100),
     Shot("showback", "alice", "/telemetry/showback/", height=900),
+    Shot("waiting", "carol", "/teams/nlp/waiting/", height=900),
+    Shot("waiting-phone", "carol", "/teams/nlp/waiting/", width=PHONE, height=844),
     Shot("queue", "admin", "/admin-queue/", height=1100),
 ]
 
