@@ -107,6 +107,25 @@ def ensure_control_plane(log) -> bool:
     return True
 
 
+def default_workers(cores: int | None = None) -> int:
+    """One more process than cores: half a test's time is waiting on a control plane."""
+    return min((cores or os.cpu_count() or 1) + 1, 6)
+
+
+def parallel_args(args: Sequence[str], env: dict[str, str]) -> list[str]:
+    """``-n N --dist loadfile`` for pytest-xdist (a file's tests stay in one process), or
+    nothing: when ``TEST_WORKERS`` is 1, or the arguments choose (``-n``) or need one
+    process (``--pdb``). Each process has its own database, Redis database and control
+    plane (tests/parallel.py)."""
+    raw = env.get("TEST_WORKERS", "").strip()
+    workers = int(raw) if raw.isdigit() else default_workers()
+    chosen = any(a in ("-n", "--pdb", "--trace") or a.startswith(("-n", "--numprocesses"))
+                 for a in args)  # fmt: skip
+    if workers <= 1 or chosen:
+        return []
+    return ["-n", str(workers), "--dist", "loadfile"]
+
+
 def _run(service_env: dict[str, str], notes: list[str], root: Path, args: Sequence[str]) -> int:
     for note in notes:
         log(note)
@@ -124,7 +143,10 @@ def _run(service_env: dict[str, str], notes: list[str], root: Path, args: Sequen
 
     install_missing(log)
     ensure_control_plane(log)
-    rc = run_foreground([py, "-m", "pytest", *(args or ["tests/"])], env)
+    workers = parallel_args(args, env)
+    if workers:
+        log(f"{workers[1]} test processes (TEST_WORKERS; 1 runs them in this one)")
+    rc = run_foreground([py, "-m", "pytest", *workers, *(args or ["tests/"])], env)
     if rc == NO_TESTS_COLLECTED:
         log("pytest collected no tests; treating that as a failure")
     return rc

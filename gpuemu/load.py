@@ -127,9 +127,17 @@ class _Loader:
                 if exc.status == 409 and exc.reason == "AlreadyExists":
                     self.report.existing += 1
                     return None
-                retry = exc.status in _TRANSIENT or (
-                    # quota admission before the quota controller's first sync
-                    exc.status == 403 and "status unknown for quota" in exc.message
+                retry = (
+                    exc.status in _TRANSIENT
+                    or (
+                        # quota admission before the quota controller's first sync
+                        exc.status == 403 and "status unknown for quota" in exc.message
+                    )
+                    or (
+                        # Kueue's pod webhook before its informer has the new namespace (kueue
+                        # v0.17 pkg/controller/jobs/pod/pod_webhook.go, PodWebhook.Default)
+                        exc.status == 404 and "admission webhook" in exc.message
+                    )
                 )
                 if not retry or attempt == 7:
                     raise

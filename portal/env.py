@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import environ
 
@@ -26,10 +26,16 @@ def secret(name: str, default: str | None = None) -> str | None:
 def celery_broker_url(redis_url: str) -> str:
     """Translate a redis-py URL into the form kombu understands.
 
-    redis-py spells a unix socket ``unix:///path?db=0``; kombu wants ``redis+socket:///path``.
+    redis-py spells a unix socket ``unix:///path?db=0``; kombu wants ``redis+socket:///path``,
+    and takes a socket's database from ``virtual_host`` only: it sets ``db`` from the URL's
+    virtual host after the query (kombu ``transport/redis.py``, ``Channel._connparams``),
+    so a ``?db=3`` would be ignored and every broker would share database 0.
     """
     parts = urlsplit(redis_url)
     if parts.scheme == "unix":
-        query = f"?{parts.query}" if parts.query else ""
-        return f"redis+socket://{parts.path}{query}"
+        query = [(k, v) for k, v in parse_qsl(parts.query) if k != "db"]
+        db = dict(parse_qsl(parts.query)).get("db")
+        if db:
+            query.append(("virtual_host", db))
+        return f"redis+socket://{parts.path}" + (f"?{urlencode(query)}" if query else "")
     return redis_url

@@ -87,6 +87,27 @@ def install_portal(sim, tmp_path: Path) -> None:
     )
 
 
+# A pod that admission accepts anywhere (sent with dryRun: nothing is stored).
+PROBE_POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "admission-probe"},
+              "spec": {"containers": [{"name": "c", "image": "probe"}]}}  # fmt: skip
+
+
+def create_namespace(core, name: str) -> None:
+    """Create a namespace with the official client and wait until pods can be created in it.
+
+    Kueue's pod webhook reads the pod's namespace from its informer cache and refuses the
+    pod with 404 'Namespace "x" not found' until the cache has it (kueue v0.17
+    ``pkg/controller/jobs/pod/pod_webhook.go``, ``PodWebhook.Default``): a pod created the
+    moment after its namespace can be refused on a busy machine. A server dry-run of a pod
+    goes through the same webhook and stores nothing.
+    """
+    from devstack.kubeapi import wait_for
+
+    core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    wait_for(lambda: core.create_namespaced_pod(name, PROBE_POD, dry_run="All"),
+             what=f"pods admitted in the new namespace {name}")  # fmt: skip
+
+
 def manifest_objects(path: Path) -> list[dict[str, Any]]:
     """The objects of a multi-document manifest, as ``kubectl apply -f`` reads them."""
     return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]

@@ -38,7 +38,12 @@ from devstack import k8sbuild
 from devstack.controlplane import ControlPlane, _established, kubeconfig_yaml
 from devstack.faultproxy import FaultProxy
 from devstack.kubeapi import KubeAPI, KubeError, wait_for
-from tests.kubesim import OPERATOR_NAMESPACE, PORTAL_MANIFESTS, PORTAL_SERVICE_ACCOUNT
+from tests.kubesim import (
+    OPERATOR_NAMESPACE,
+    PORTAL_MANIFESTS,
+    PORTAL_SERVICE_ACCOUNT,
+    PROBE_POD,
+)
 
 MIG_FAULTS = ("mig_fail", "mig_stuck", "mig_reboot")
 
@@ -301,7 +306,15 @@ class RealCluster:
     def create(
         self, resource: str, obj: dict[str, Any], namespace: str | None = None
     ) -> dict[str, Any]:
-        return self.api.create(resource, obj, namespace)
+        """Create an object; a namespace is returned once pods are admitted in it (Kueue's
+        pod webhook knows it: tests/kubesim.py ``create_namespace``)."""
+        made = self.api.create(resource, obj, namespace)
+        if resource == "namespaces":
+            name = made["metadata"]["name"]
+            wait_for(lambda: self.api.request("POST", f"/api/v1/namespaces/{name}/pods",
+                                              PROBE_POD, params={"dryRun": "All"}),
+                     what=f"pods admitted in the new namespace {name}")  # fmt: skip
+        return made
 
     def apply_file(self, path: str | Path) -> list[dict[str, Any]]:
         return self.api.apply_file(path)

@@ -101,7 +101,11 @@ def _first_sign_in(claims: Mapping, subject: str) -> SsoIdentity:
         found = list(users.filter(email__iexact=_verified_email(claims), sso_identity=None)[:2])
         existing = found[0] if len(found) == 1 else None
     if existing is not None:
-        if hasattr(existing, "sso_identity"):
+        theirs = getattr(existing, "sso_identity", None)
+        if theirs is not None and (theirs.issuer, theirs.subject) == (config.issuer(), subject):
+            # This person's other first sign-in committed between our two reads.
+            return SsoIdentity.objects.select_for_update(of=("self",)).get(pk=theirs.pk)
+        if theirs is not None:
             raise Refused(
                 f"The username {username!r} belongs to another single sign-on account. Ask a "
                 "portal admin to rename one of them."

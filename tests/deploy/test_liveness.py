@@ -15,11 +15,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pytest
 
 from tests.conftest import _database_url_for_current_db
+from tests.parallel import spare_redis_db
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -47,23 +47,13 @@ def wait_for_probe(kind, directory, max_age, want: int, timeout: float = 60) -> 
         time.sleep(0.5)
 
 
-def _redis_db(url: str, db: int) -> str:
-    """The same Redis, another database: tasks beat enqueues here reach no other test."""
-    parts = urlsplit(url)
-    if parts.scheme == "unix":
-        query = dict(parse_qsl(parts.query))
-        query["db"] = str(db)
-        return urlunsplit(parts._replace(query=urlencode(query)))
-    return urlunsplit(parts._replace(path=f"/{db}"))
-
-
 @pytest.fixture
 def spawn(tmp_path, settings):
     procs = []
 
     def start(args: list[str], heartbeat_dir: Path, **extra) -> subprocess.Popen:
         env = dict(os.environ, DATABASE_URL=_database_url_for_current_db(),
-                   REDIS_URL=_redis_db(settings.REDIS_URL, 7), DB_CONN_MAX_AGE="0",
+                   REDIS_URL=spare_redis_db(settings.REDIS_URL), DB_CONN_MAX_AGE="0",
                    PORTAL_HEARTBEAT_DIR=str(heartbeat_dir), **extra)  # fmt: skip
         log = open(tmp_path / f"proc-{len(procs)}.log", "wb")  # noqa: SIM115
         proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=env, stdout=log,

@@ -39,7 +39,26 @@ def test_database_url_names_the_socket_dir_for_django() -> None:
 def test_redis_url_is_redis_py_style_and_settings_translate_it_for_celery() -> None:
     url = redis_socket_url(Path("/data/redis/redis.sock"))
     assert url == "unix:///data/redis/redis.sock?db=0"
-    assert celery_broker_url(url) == "redis+socket:///data/redis/redis.sock?db=0"
+    assert celery_broker_url(url) == "redis+socket:///data/redis/redis.sock?virtual_host=0"
+    assert celery_broker_url("redis://cache:6379/2") == "redis://cache:6379/2"
+
+
+def test_the_celery_broker_uses_the_database_redis_url_names(settings) -> None:
+    """Kombu ignores ``?db=`` on a socket URL; the translated URL reaches the database named."""
+    import redis
+    from kombu import Connection
+
+    from tests.parallel import redis_db
+
+    url = redis_db(settings.REDIS_URL, 14)
+    raw = redis.Redis.from_url(url)
+    raw.delete("broker-db-probe")
+    with Connection(celery_broker_url(url)) as conn:
+        queue = conn.SimpleQueue("broker-db-probe")
+        queue.put({"hello": "db 14"})
+        queue.close()
+    assert raw.llen("broker-db-probe") == 1
+    raw.delete("broker-db-probe")
 
 
 def test_redact_hides_only_the_password() -> None:

@@ -14,6 +14,7 @@ from inventory.kube import KubeGateway
 from inventory.models import Cluster, GpuPod, NamespaceUsage, Node, NodeResource, SyncRun
 from inventory.sync import sync_cluster
 from tests.conftest import wait_for
+from tests.kubesim import create_namespace
 
 pytestmark = pytest.mark.django_db
 
@@ -85,7 +86,7 @@ def fleet(sim_api):
         }
     )
     for ns in ("ml-vision", "genomics"):
-        core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        create_namespace(core, ns)
     core.create_namespaced_pod("ml-vision", pod_body("train-a", "gpu-0", 4))
     core.create_namespaced_pod("ml-vision", pod_body("train-b", "gpu-1", 2))
     core.create_namespaced_pod("genomics", pod_body("align", "gpu-1", 1))
@@ -231,7 +232,7 @@ def test_mig_resources_are_tracked(sim_cluster, sim_api):
             extra_resources={"nvidia.com/mig-1g.10gb": "14", "nvidia.com/mig-3g.40gb": "2"},
         )
     )
-    sim_api.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a"}})
+    create_namespace(sim_api, "a")
     sim_api.create_namespaced_pod("a", pod_body("m", "mig-0", 3, "nvidia.com/mig-1g.10gb"))
     assert sync_cluster(sim_cluster).status == "succeeded"
     rows = {
@@ -268,7 +269,7 @@ def test_a_pending_pod_keeps_the_gpu_class_labels_it_asks_for(sim_api, sim_clust
     from inventory.models import GpuPod
 
     sim_api.create_node(node_body("gpu-0"))
-    sim_api.create_namespace({"metadata": {"name": "ml"}})
+    create_namespace(sim_api, "ml")
     body = pod_body("wants-h100", None, 2)
     body["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
                                     "kubernetes.io/os": "linux"}  # fmt: skip

@@ -30,6 +30,7 @@ from quotas.services import RequestData
 from quotas.tasks import process_grant_windows, reconcile_quotas
 from tests.conftest import api_for
 from tests.inventory.test_sync import node_body, pod_body
+from tests.kubesim import create_namespace
 from tests.quotas.builders import make_grant, make_team, make_user
 
 pytestmark = pytest.mark.django_db
@@ -67,8 +68,8 @@ def demo(sim_api, sim_cluster, client):
     core.create_node(node_body("a100-00"))
     core.create_node(node_body("a100-01"))
     core.create_node(node_body("a100-02", extra_resources={MIG: "14"}))
-    core.create_namespace({"metadata": {"name": NS}})
-    core.create_namespace({"metadata": {"name": "robotics"}})
+    create_namespace(core, NS)
+    create_namespace(core, "robotics")
     core.create_namespaced_pod(NS, pod_in("resnet-train-0", "a100-00", 4))
     core.create_namespaced_pod(NS, pod_in("detr-finetune", "a100-00", 2))
     for i in range(4):
