@@ -88,3 +88,70 @@ class ClusterForm(forms.ModelForm):
         if method != Cluster.AuthMethod.TOKEN or (data.get("bearer_token_file") and not typed):
             data["bearer_token"] = ""  # no unused secret stays in the database
         return data
+
+
+class SelectorField(forms.CharField):
+    """Node label matches, one ``key=value`` per line -> a dict (the model checks the
+    names and values: ``GpuClass.clean``)."""
+
+    widget = forms.Textarea(attrs={"rows": 3, "spellcheck": "false"})
+
+    def to_python(self, value):
+        text = super().to_python(value) or ""
+        selector: dict[str, str] = {}
+        for n, line in enumerate(text.splitlines(), start=1):
+            line = line.strip()
+            if not line:
+                continue
+            key, sep, val = line.partition("=")
+            if not sep or not key.strip():
+                raise forms.ValidationError(f"Line {n}: write a label as key=value.")
+            if key.strip() in selector:
+                raise forms.ValidationError(f"Line {n}: {key.strip()} is given twice.")
+            selector[key.strip()] = val.strip()
+        return selector
+
+    def prepare_value(self, value):
+        if isinstance(value, dict):
+            return "\n".join(f"{k}={v}" for k, v in value.items())
+        return value
+
+
+class GpuClassForm(forms.Form):
+    """Define (cluster and slug too) or edit (name, selector, weight) a GPU class."""
+
+    cluster = forms.ModelChoiceField(
+        queryset=Cluster.objects.order_by("name"), to_field_name="slug", empty_label=None
+    )
+    slug = forms.SlugField(
+        max_length=63,
+        help_text="A DNS-style name, fixed once the class exists (used in the API and in "
+        "Kueue ResourceFlavor names).",
+    )
+    name = forms.CharField(max_length=100, label="Display name")
+    selector = SelectorField(
+        label="Node labels",
+        help_text="The nodes of the class: every label must match, one key=value per line, "
+        "e.g. nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3.",
+    )
+    weight = forms.DecimalField(
+        required=False, min_value=0, max_digits=10, decimal_places=4,
+        help_text="Optional weight or price per GPU-hour (showback).",
+    )  # fmt: skip
+
+    def __init__(self, *args, editing: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.editing = editing
+        if editing:  # cluster and slug are fixed once the class exists
+            del self.fields["cluster"], self.fields["slug"]
+
+    def clean_selector(self):
+        selector = self.cleaned_data["selector"]
+        if not selector:
+            raise forms.ValidationError("Give at least one node label.")
+        return selector
+
+    def add_model_errors(self, exc) -> None:
+        """``GpuClass.full_clean``'s errors on the fields they name (others on the form)."""
+        for field, errors in exc.message_dict.items():
+            self.add_error(field if field in self.fields else None, errors)

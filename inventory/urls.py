@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import views
+from . import views, views_classes
 
 app_name = "inventory"
 
@@ -14,4 +14,8 @@ urlpatterns = [
     path("clusters/<slug:slug>/edit/", views.cluster_edit, name="cluster-edit"),
     path("clusters/<slug:slug>/preflight/", views.cluster_preflight, name="cluster-preflight"),
     path("clusters/<slug:slug>/sync/", views.cluster_sync, name="cluster-sync"),
+    path("gpu-classes/", views_classes.class_list, name="classes"),
+    path("gpu-classes/new/", views_classes.class_new, name="class-new"),
+    path("gpu-classes/<uuid:pk>/edit/", views_classes.class_edit, name="class-edit"),
+    path("gpu-classes/<uuid:pk>/delete/", views_classes.class_delete, name="class-delete"),
 ]

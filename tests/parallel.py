@@ -91,3 +91,17 @@ def pytest_testnodedown(node, error) -> None:
     RAN_AGAINST["real"].update(counts["real"])
     RAN_AGAINST["simulator"].update(counts["simulator"])
     SKIPPED.update(counts["skipped"])
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Give each test a node id of its own. schemathesis' items (one per API operation,
+    named ``test_x[GET /api/v1/...]``) share their function's node id under pytest 9, and
+    xdist's ``loadfile`` scheduler keys work by node id: it would run one of the 73."""
+    seen: dict[str, int] = {}
+    for item in items:
+        seen[item.nodeid] = seen.get(item.nodeid, 0) + 1
+    for item in items:
+        if seen[item.nodeid] > 1 and item.name not in item.nodeid:
+            # pytest 9 builds a Function's id from ``originalname`` and its callspec
+            # (_pytest/python.py Function.__init__); schemathesis passes no callspec.
+            item._id = item.parent.id.child(item.name)

@@ -52,3 +52,10 @@ def test_this_process_has_its_own_redis_database(settings) -> None:
     assert _db(settings.REDIS_URL) == expected
     assert _db(settings.CACHES["default"]["LOCATION"]) == expected
     assert _db(spare_redis_db(settings.REDIS_URL)) == (8 if index is None else 9 + index)
+
+
+def test_every_collected_test_has_a_node_id_of_its_own(request) -> None:
+    """xdist's loadfile scheduler keys work by node id: a shared one runs once
+    (schemathesis' per-operation items under pytest 9; tests/parallel.py)."""
+    ids = [item.nodeid for item in request.session.items]
+    assert len(set(ids)) == len(ids)
