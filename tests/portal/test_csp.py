@@ -144,6 +144,7 @@ def _pages(user) -> list[str]:
         "/account/notifications/", "/mig/", f"/mig/nodes/{node.pk}/", "/mig/requests/",
         "/mig/requests/new/", "/telemetry/", f"/telemetry/teams/{team.slug}/",
         "/api/docs/", "/nodes/00000000-0000-0000-0000-000000000000/",  # the 404 page
+        "/gpu-classes/",
         f"/account/tokens/{token.pk}/revoke/",
     ]  # fmt: skip
     # Team members (issue #12 section 1): the list; the removal confirmation (a member
@@ -167,6 +168,11 @@ def _pages(user) -> list[str]:
         ]  # fmt: skip
         if labels is not None:
             pages += [f"/node-labels/{labels.pk}/edit/", f"/node-labels/{labels.pk}/delete/"]
+        from inventory.models import GpuClass
+
+        gpu_class = GpuClass.objects.order_by("name").first()
+        pages += ["/gpu-classes/new/", f"/gpu-classes/{gpu_class.pk}/edit/",
+                  f"/gpu-classes/{gpu_class.pk}/delete/"]  # fmt: skip
         if fq is not None:
             pages.append(f"/namespaces/{ns.pk}/quotas/{fq.pk}/remove/")
     else:

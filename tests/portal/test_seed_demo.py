@@ -118,7 +118,9 @@ def test_seed_demo_second_cluster_runs_kueue_with_admitted_borrowing_and_queued_
             nodes = {p.metadata.name: p.spec.node_name for p in pods}
             return pods if (nodes["detr-train-2"] or "").startswith("h100-") else None
 
-        pods = wait_for(bound, what="detr-train-2 bound to an H100 node")
+        # 60 s: with several test processes on 2 cores the scheduler's retry of a pod
+        # Kueue just ungated can take longer than the default 30 s
+        pods = wait_for(bound, timeout=60, what="detr-train-2 bound to an H100 node")
         api.close()
         nodes = {p.metadata.name: p.spec.node_name for p in pods}
         assert nodes["sam-finetune"] is None  # queued by Kueue: gated, never bound

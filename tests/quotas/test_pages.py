@@ -578,3 +578,39 @@ def test_a_single_team_and_namespace_are_preselected(client, db):
     ns = TeamNamespace.objects.create(team=team, cluster=make_cluster("c1"), name="solo")
     form = login(client, user).get(reverse("quotas:request-new")).context["form"]
     assert (form.initial["team"], form.initial["namespace"]) == (team.pk, ns.pk)
+
+
+def test_an_admin_approves_a_permanent_request_for_a_limited_time(
+    client, world, researcher, admin_user
+):
+    req = make_request(world["ns"], researcher, amount=2)  # permanent
+    login(client, admin_user)
+    html = client.get(reverse("quotas:queue")).content.decode()
+    assert f'id="ends-{req.pk}"' in html and "empty: permanent, as asked" in html
+    end = (timezone.now() + timedelta(days=7)).replace(second=0, microsecond=0)
+    response = client.post(
+        reverse("quotas:request-approve", args=[req.pk]),
+        {"ends_at": end.strftime("%Y-%m-%dT%H:%M"), "next": reverse("quotas:queue")},
+        follow=True,
+    )
+    req.refresh_from_db()
+    assert req.status == QuotaRequest.Status.APPROVED and req.grant.ends_at == end
+    assert "(asked permanently)" in response.content.decode()
+
+
+def test_a_renewal_is_approved_for_its_amount_only(client, world, researcher, admin_user):
+    grant = make_grant(world["ns"], 2, days=5)
+    renewal = make_request(
+        world["ns"], researcher, amount=2, kind=QuotaRequest.Kind.RENEWAL, target_grant=grant,
+        ends_at=grant.ends_at + timedelta(days=3),
+    )  # fmt: skip
+    login(client, admin_user)
+    html = client.get(reverse("quotas:request", args=[renewal.pk])).content.decode()
+    assert "data-fixed-amount" in html and f'id="amount-{renewal.pk}"' not in html
+    assert "a renewal extends the grant as it is" in html
+    response = client.post(  # a hand-made POST with less is refused, and says why
+        reverse("quotas:request-approve", args=[renewal.pk]), {"amount": "1"}, follow=True
+    )
+    assert "A renewal extends the grant of 2 as it is" in response.content.decode()
+    renewal.refresh_from_db()
+    assert renewal.status == QuotaRequest.Status.PENDING
