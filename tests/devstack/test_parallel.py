@@ -40,8 +40,8 @@ def test_parallel_args(env, args, expected) -> None:
     assert parallel_args(args, env) == expected
 
 
-def test_default_is_the_cores_at_least_two_and_at_most_six() -> None:
-    assert (default_workers(1), default_workers(2), default_workers(4)) == (2, 2, 4)
+def test_default_is_one_more_than_the_cores_and_at_most_six() -> None:
+    assert (default_workers(1), default_workers(2), default_workers(4)) == (2, 3, 5)
     assert default_workers(32) == 6
 
 

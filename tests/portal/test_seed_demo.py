@@ -113,14 +113,23 @@ def test_seed_demo_second_cluster_runs_kueue_with_admitted_borrowing_and_queued_
         assert job["selector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
         api = config.new_client_from_config(config_file=str(sim.admin_kubeconfig_path))
 
+        seen = {}
+
         def bound():  # Kueue admitted it; kube-scheduler binds it a moment later
             pods = client.CoreV1Api(api).list_namespaced_pod("ml-vision").items
+            seen.update({p.metadata.name: p for p in pods})
             nodes = {p.metadata.name: p.spec.node_name for p in pods}
             return pods if (nodes["detr-train-2"] or "").startswith("h100-") else None
 
-        # 60 s: with several test processes on 2 cores the scheduler's retry of a pod
-        # Kueue just ungated can take longer than the default 30 s
-        pods = wait_for(bound, timeout=60, what="detr-train-2 bound to an H100 node")
+        try:
+            pods = wait_for(bound, what="detr-train-2 bound to an H100 node")
+        except TimeoutError as exc:
+            pod = seen.get("detr-train-2")
+            state = pod and (pod.spec.scheduling_gates, pod.spec.node_selector,
+                             [(c.type, c.status, c.reason, c.message)
+                              for c in pod.status.conditions or []])  # fmt: skip
+            others = {n: (p.spec.node_name, p.status.phase) for n, p in seen.items()}
+            raise AssertionError(f"{exc}; detr-train-2: {state}; pods: {others}") from exc
         api.close()
         nodes = {p.metadata.name: p.spec.node_name for p in pods}
         assert nodes["sam-finetune"] is None  # queued by Kueue: gated, never bound
