@@ -128,8 +128,12 @@ def test_seed_demo_second_cluster_runs_kueue_with_admitted_borrowing_and_queued_
             state = pod and (pod.spec.scheduling_gates, pod.spec.node_selector,
                              [(c.type, c.status, c.reason, c.message)
                               for c in pod.status.conditions or []])  # fmt: skip
-            others = {n: (p.spec.node_name, p.status.phase) for n, p in seen.items()}
-            raise AssertionError(f"{exc}; detr-train-2: {state}; pods: {others}") from exc
+            every = client.CoreV1Api(api).list_pod_for_all_namespaces().items
+            others = {f"{p.metadata.namespace}/{p.metadata.name}": (p.spec.node_name,
+                      p.status.phase) for p in every}  # fmt: skip
+            raise AssertionError(
+                f"{exc}; detr-train-2: {state}; pods: {others}; scheduler: {_scheduler_cache(sim)}"
+            ) from exc
         api.close()
         nodes = {p.metadata.name: p.spec.node_name for p in pods}
         assert nodes["sam-finetune"] is None  # queued by Kueue: gated, never bound
@@ -138,3 +142,24 @@ def test_seed_demo_second_cluster_runs_kueue_with_admitted_borrowing_and_queued_
         assert "nvidia.com/gpu" in tolerations
     finally:
         sim.stop()
+
+
+def _scheduler_cache(sim) -> str:
+    """kube-scheduler's own view of the H100 nodes: SIGUSR2 makes it log its cache
+    (pkg/scheduler/backend/cache/debugger); for a failure message only."""
+    import os
+    import signal
+
+    from devstack.kubeapi import wait_for
+
+    sched = next(c for c in sim.plane.components if c.name == "kube-scheduler")
+    before = sched.log.stat().st_size
+    os.kill(sched.proc.pid, signal.SIGUSR2)
+    try:
+        wait_for(lambda: sched.log.stat().st_size > before, timeout=5)
+    except TimeoutError:
+        return "no dump"
+    with open(sched.log, "rb") as f:
+        f.seek(before)
+        text = f.read().decode(errors="replace")
+    return " | ".join(line[:400] for line in text.splitlines() if "h100" in line)[:4000]
