@@ -53,15 +53,25 @@ def _menu_opens(page) -> None:
 
 
 def _nav_links_off_screen(page, base: str) -> list[str]:
-    """The admin's header links that are not on screen (the bar used to scroll sideways
-    between 760 and 1100 px, hiding "API docs" and "Admin")."""
+    """The admin's header links that are not on screen, the Admin menu open (the bar used
+    to scroll sideways between 760 and 1100 px, hiding "API docs" and "Admin"); and
+    ``two rows`` when the bar takes two rows at 1280 px or wider (issue #21 section 6)."""
     page.goto(base + "/admin-queue/", wait_until="load")
+    page.locator("#site-nav .nav-menu summary").click()
     return page.evaluate(
-        """() => [...document.querySelectorAll('#site-nav a')].filter(a => {
-          const r = a.getBoundingClientRect();
-          return r.width === 0 || r.left < 0 || r.right > window.innerWidth
-            || r.right > a.closest('nav').getBoundingClientRect().right + 1;
-        }).map(a => a.textContent.trim())"""
+        """() => {
+          const nav = document.querySelector('#site-nav');
+          const off = [...nav.querySelectorAll('a')].filter(a => {
+            const r = a.getBoundingClientRect();
+            const inMenu = a.closest('.nav-menu__panel') !== null;
+            return r.width === 0 || r.left < 0 || r.right > window.innerWidth
+              || (!inMenu && r.right > nav.getBoundingClientRect().right + 1);
+          }).map(a => a.textContent.trim());
+          const items = [...nav.querySelectorAll(':scope > ul > li')];
+          const tops = new Set(items.map(li => Math.round(li.getBoundingClientRect().top)));
+          if (window.innerWidth >= 1280 && tops.size > 1) off.push('two rows');
+          return off;
+        }"""
     )
 
 

@@ -89,6 +89,9 @@ def test_seed_demo_second_cluster_runs_kueue_with_admitted_borrowing_and_queued_
     settings.DATA_DIR = tmp_path
     (tmp_path / "k").mkdir()
     sim = kubesim.start("simcluster/fleets/demo-kueue.yaml", tmp_path / "k")
+    # Its assertions rest on kube-scheduler's arithmetic right after the reset, which can
+    # keep the previous test's pods in its cache (devstack/controlplane.py restart_scheduler).
+    sim.plane.restart_scheduler()
     # One control plane serves the session: the first cluster is left unreachable on purpose
     # (its token refused), as seed_demo allows (it skips that cluster's sample requests).
     demo = sim.write_kubeconfig(tmp_path / "demo.kubeconfig", token="refused", user="nobody")
