@@ -22,7 +22,8 @@ import sys
 import threading
 from pathlib import Path
 
-from devstack.controlplane import ComponentDied, ControlPlane, kubeconfig_yaml
+from devstack.components import ComponentDied, kubeconfig_yaml
+from devstack.controlplane import ControlPlane
 from devstack.kubeapi import KubeError, wait_for
 
 OPERATOR_NAMESPACE = "gpu-operator"

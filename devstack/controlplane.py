@@ -23,24 +23,25 @@ monitor thread notices a component that exits: :meth:`check` then raises
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psutil
-import yaml
 
 from devstack import etcdreset, k8sbuild, kueuestart
+from devstack.components import (
+    Component,
+    ComponentDied,
+    free_port,
+    kubeconfig_yaml,
+    tail,
+)
 from devstack.kubeapi import KubeAPI, KubeError, wait_for
 from devstack.kueuestart import KUEUE_NAMESPACE
 from devstack.pki import CertificateAuthority, service_account_keys
@@ -72,91 +73,6 @@ CONTROLLERS = (
     # every new node, once kwok reports it Ready (pkg/controller/nodelifecycle).
     "node-lifecycle-controller",
 )
-
-
-class ComponentDied(RuntimeError):
-    """A control-plane component exited; the message names it and ends with its log's tail."""
-
-
-def _die_with_parent() -> None:
-    """In the child: SIGKILL when the harness' process dies, even by SIGKILL (prctl).
-
-    Not SIGTERM: a kube-apiserver whose etcd died with the same parent was seen to hang in
-    its graceful shutdown, an orphan holding 400 MiB; nothing here is worth a clean exit."""
-    import ctypes
-
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
-@dataclass
-class Component:
-    name: str
-    args: list[str]
-    log: Path
-    env: dict[str, str] = field(default_factory=dict)
-    proc: subprocess.Popen | None = None
-    started_s: float = 0.0  # seconds from the harness' start until it was ready
-    restarting: bool = False  # the monitor does not count its exit as a death
-
-    def start(self) -> None:
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        out = self.log.open("ab")
-        self.proc = subprocess.Popen(
-            self.args,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env={**os.environ, **self.env},
-            start_new_session=True,
-            preexec_fn=_die_with_parent,
-        )
-        out.close()
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-
-def kubeconfig_yaml(
-    server: str, ca_pem: bytes, user: str, *, cert: Path | None = None, key: Path | None = None,
-    token: str = "",
-) -> str:  # fmt: skip
-    """A kubeconfig with one cluster, user and context (credentials embedded)."""
-    credentials: dict[str, str] = {}
-    if cert and key:
-        credentials["client-certificate-data"] = base64.b64encode(cert.read_bytes()).decode()
-        credentials["client-key-data"] = base64.b64encode(key.read_bytes()).decode()
-    if token:
-        credentials["token"] = token
-    doc = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "local",
-                "cluster": {
-                    "server": server,
-                    "certificate-authority-data": base64.b64encode(ca_pem).decode(),
-                },
-            }
-        ],
-        "users": [{"name": user, "user": credentials}],
-        "contexts": [{"name": user, "context": {"cluster": "local", "user": user}}],
-        "current-context": user,
-    }
-    return yaml.safe_dump(doc, sort_keys=False)
 
 
 class ControlPlane:

@@ -30,7 +30,8 @@ _KUEUE_WEBHOOK_GROUPS = {"kueue.x-k8s.io", "batch", ""}
 
 def start(plane, ca, bin_dir: Path, logs: Path, began: float, timeout: float) -> None:
     """Kueue's namespace and CRDs, its controller manager, then its webhook configurations."""
-    from devstack.controlplane import ComponentDied, _established, free_port
+    from devstack.components import ComponentDied, free_port
+    from devstack.controlplane import _established
 
     api = plane.api
     api.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NAMESPACE}})

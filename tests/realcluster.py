@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from devstack import k8sbuild
-from devstack.controlplane import ControlPlane, _established, kubeconfig_yaml
+from devstack.components import kubeconfig_yaml
+from devstack.controlplane import ControlPlane, _established
 from devstack.faultproxy import FaultProxy
 from devstack.kubeapi import KubeAPI, KubeError, wait_for
 from tests.kubesim import (
