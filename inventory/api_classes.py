@@ -15,7 +15,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
 from . import classes
-from .figures import DEFINITIONS
+from .figures import DEFINITIONS, figures_by_class
 from .models import Cluster, GpuClass
 
 NOT_ENFORCED = "class not enforced by Kubernetes on this cluster"
@@ -82,17 +82,8 @@ class GpuClassSerializer(serializers.ModelSerializer):
     def get_capacity(self, cls: GpuClass) -> list[dict]:
         figures = self.context.get("figures")
         if figures is None:  # one class (retrieve, create, update): compute its own
-            figures = _figures([cls])
+            figures = figures_by_class([cls])
         return ClassCapacitySerializer(figures.get(cls.pk, []), many=True).data
-
-
-def _figures(objs: list[GpuClass]) -> dict:
-    from quotas.figures import class_figures  # quotas builds on inventory
-
-    figures: dict = {}
-    for f in class_figures(classes=objs):
-        figures.setdefault(f.gpu_class.pk, []).append(f)
-    return figures
 
 
 class GpuClassErrorSerializer(serializers.Serializer):
@@ -147,7 +138,7 @@ class GpuClassViewSet(
         return self.get_paginated_response(data) if page is not None else Response(data)
 
     def _ctx(self, objs) -> dict:
-        return {**self.get_serializer_context(), "figures": _figures(list(objs))}
+        return {**self.get_serializer_context(), "figures": figures_by_class(objs)}
 
     def perform_create(self, serializer):
         data = serializer.validated_data

@@ -89,3 +89,14 @@ def idle_now(cluster_ids, resources=None) -> dict[tuple, NodeFigures]:
             total[1] += int(req or 0)
             total[2] += int(idle or 0)
     return {key: NodeFigures(key[2], *values) for key, values in sums.items()}
+
+
+def figures_by_class(classes) -> dict:
+    """{class pk: [its ClassFigure per resource]} (``quotas.figures.class_figures``): what
+    ``/api/v1/gpu-classes/`` and the GPU classes page show for these classes."""
+    from quotas.figures import class_figures  # quotas builds on inventory
+
+    by_class: dict = defaultdict(list)
+    for f in class_figures(classes=list(classes)):
+        by_class[f.gpu_class.pk].append(f)
+    return dict(by_class)

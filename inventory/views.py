@@ -189,14 +189,14 @@ def cluster_sync(request: HttpRequest, slug: str) -> HttpResponse:
     return redirect("inventory:cluster", slug=cluster.slug)
 
 
-def _staff_only(request: HttpRequest) -> None:
+def staff_only(request: HttpRequest, what: str = "connect or change clusters") -> None:
     if not request.user.is_staff:
-        raise PermissionDenied("Only admins can connect or change clusters.")
+        raise PermissionDenied(f"Only admins can {what}.")
 
 
 def _connect_page(request: HttpRequest, cluster: Cluster | None) -> HttpResponse:
     """Connect (``cluster`` None) or edit: preflight first, save when it passes."""
-    _staff_only(request)
+    staff_only(request)
     before = describe(cluster) if cluster is not None else None
     form = ClusterForm(request.POST or None, instance=cluster)
     report = None
@@ -239,7 +239,7 @@ def cluster_edit(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 def cluster_preflight(request: HttpRequest, slug: str) -> HttpResponse:
     """Admins: run the preflight of a stored cluster again (it shows on the cluster page)."""
-    _staff_only(request)
+    staff_only(request)
     cluster = get_object_or_404(Cluster, slug=slug)
     report = rerun(cluster, actor=request.user)
     level = messages.success if report.status == "ok" else messages.warning

@@ -7,32 +7,19 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 
 from . import classes
-from .figures import DEFINITIONS
+from .figures import figures_by_class
 from .forms import GpuClassForm
 from .models import Cluster, GpuClass
+from .views import staff_only
 
 CLASSES_PER_PAGE = 50
-
-
-def _staff_only(request: HttpRequest) -> None:
-    if not request.user.is_staff:
-        raise PermissionDenied("Only admins can define, change or delete GPU classes.")
-
-
-def _figures_by_class(objs: list[GpuClass]) -> dict:
-    from quotas.figures import class_figures  # quotas builds on inventory
-
-    by_class: dict = {}
-    for f in class_figures(classes=objs):
-        by_class.setdefault(f.gpu_class.pk, []).append(f)
-    return by_class
 
 
 @login_required
@@ -45,7 +32,7 @@ def class_list(request: HttpRequest) -> HttpResponse:
         queryset = queryset.filter(cluster=chosen)
     page = Paginator(queryset, CLASSES_PER_PAGE).get_page(request.GET.get("page"))
     shown = list(page.object_list)
-    figures = _figures_by_class(shown)
+    figures = figures_by_class(shown)
     for cls in shown:
         cls.figures = figures.get(cls.pk, [])
     return render(
@@ -57,7 +44,6 @@ def class_list(request: HttpRequest) -> HttpResponse:
             "clusters": clusters,
             "chosen": chosen,
             "unknown_cluster": slug if slug and chosen is None else "",
-            "definitions": DEFINITIONS,
         },
         status=404 if slug and chosen is None else 200,
     )
@@ -65,7 +51,7 @@ def class_list(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def class_new(request: HttpRequest) -> HttpResponse:
-    _staff_only(request)
+    staff_only(request, "define, change or delete GPU classes")
     initial = {}
     if request.GET.get("cluster"):
         initial["cluster"] = request.GET["cluster"]
@@ -87,7 +73,7 @@ def class_new(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def class_edit(request: HttpRequest, pk) -> HttpResponse:
-    _staff_only(request)
+    staff_only(request, "define, change or delete GPU classes")
     cls = get_object_or_404(GpuClass.objects.select_related("cluster"), pk=pk)
     initial = {"name": cls.name, "selector": cls.selector, "weight": cls.weight}
     form = GpuClassForm(request.POST or None, initial=initial, editing=True)
@@ -105,7 +91,7 @@ def class_edit(request: HttpRequest, pk) -> HttpResponse:
 @login_required
 def class_delete(request: HttpRequest, pk) -> HttpResponse:
     """GET asks for confirmation; POST deletes, or says which grants and requests keep it."""
-    _staff_only(request)
+    staff_only(request, "define, change or delete GPU classes")
     cls = get_object_or_404(GpuClass.objects.select_related("cluster"), pk=pk)
     back = f"{reverse('inventory:classes')}?cluster={cls.cluster.slug}"
     if request.method == "POST":
