@@ -93,6 +93,9 @@ class Cluster(models.Model):
     preflight_at = models.DateTimeField(null=True, blank=True)
     missing_permissions = models.JSONField(default=list, blank=True)
     permissions_checked_at = models.DateTimeField(null=True, blank=True)
+    # From when the sync records the GPU pods that end (inventory/podruns.py): allocated
+    # GPU-hours before it are not known for pods that ended before it.
+    pods_recorded_since = models.DateTimeField(null=True, blank=True)
     # How grants become limits on this cluster (docs/quotas.md, "Enforcement backends").
     # ResourceQuota cannot tell GPU models apart: per-class grants are summed per resource
     # and the class is not enforced by Kubernetes. Kueue enforces them: one ResourceFlavor
@@ -307,6 +310,34 @@ class GpuPod(models.Model):
         indexes = [
             # Serves "GPU pods in a namespace" (team pages, usage).
             models.Index(fields=["cluster", "namespace"], name="gpupod_namespace"),
+        ]
+
+
+class PodRun(models.Model):
+    """A GPU pod that ran and ended: the whole GPUs it held, from its start to its end.
+
+    Written by the sync when a started pod's row goes (the pod finished, was deleted, or
+    its name now belongs to a pod of another uid), so that allocated GPU-hours are known
+    on clusters that send no telemetry (inventory/podruns.py)."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    namespace = models.CharField(max_length=63)
+    name = models.CharField(max_length=253)
+    uid = models.CharField(max_length=64, blank=True)
+    node_name = models.CharField(max_length=253, blank=True)
+    gpu_class = models.ForeignKey(
+        "GpuClass", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    # Physical GPUs: the nvidia.com/gpu request / the node's time-slicing replicas.
+    gpus = models.FloatField()
+    started_at = models.DateTimeField()  # status.startTime
+    # The last complete sync that saw it running: up to one sync interval before its end.
+    ended_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [
+            # Serves "runs of these clusters that ended after the period began".
+            models.Index(fields=["cluster", "ended_at"], name="podrun_cluster_ended"),
         ]
 
 

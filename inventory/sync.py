@@ -24,7 +24,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from . import classes
+from . import classes, podruns
 from .bulk import bulk_insert_fast, bulk_update_fast
 from .kube import KubeError, KubeGateway, ListPage
 from .models import Cluster, GpuPod, NamespaceUsage, Node, NodeResource, SyncRun
@@ -299,6 +299,9 @@ class _Syncer:
             )
         }
         self.seen_nodes: set[str] = set()
+        # A pod gone now was last seen running by the last complete sync: its run ends
+        # there (podruns.py), so a sync that stopped for a day does not count that day.
+        self.last_seen = cluster.last_success_at or self.now
 
     def run(self) -> None:
         with gc_paused(), _async_commit():
@@ -458,6 +461,7 @@ class _Syncer:
         seen: dict[tuple[str, str], PodFacts] = {}
         create: list[dict] = []
         update: list[GpuPod] = []
+        replaced: list = []
 
         def flush() -> None:
             """Write buffered pod rows in one transaction (a batch of pages, not each)."""
@@ -500,7 +504,12 @@ class _Syncer:
                         }
                     )
                 elif known[1] != compared:
+                    if known[1][0] and known[1][0] != facts.uid:
+                        replaced.append(known[0])  # another pod of the same name: one ended
                     update.append(GpuPod(id=known[0], **dict(zip(POD_FIELDS, values, strict=True))))
+            if replaced:  # before their rows are overwritten (podruns.py)
+                podruns.record_ended(replaced, self.last_seen)
+                replaced.clear()
             if len(create) + len(update) >= WRITE_BATCH:
                 flush()
 
@@ -508,10 +517,9 @@ class _Syncer:
         flush()
         self.stats.gpu_pods_seen = len(seen)
         finished = [pk for key, (pk, _) in existing.items() if key not in seen]
-        if finished:
-            for start in range(0, len(finished), 5000):
-                GpuPod.objects.filter(id__in=finished[start : start + 5000]).delete()
-            self.stats.written(deleted=len(finished))
+        if finished:  # their runs are recorded first: allocated GPU-hours (podruns.py)
+            self.stats.written(deleted=podruns.delete_ended(finished, self.last_seen))
+        podruns.mark_recorded(self.cluster, self.now)
         return seen
 
     # -- aggregates ---------------------------------------------------------------------

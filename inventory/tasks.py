@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 from celery import shared_task
+from django.conf import settings
+from django.utils import timezone
 
 from .models import Cluster
 from .sync import SyncBusy, sync_cluster
@@ -58,3 +61,11 @@ def recheck_permissions() -> int:
             log.warning("cluster %s misses permissions: %s", cluster.slug, ", ".join(lost))
             missing += 1
     return missing
+
+
+@shared_task(ignore_result=True)
+def prune_pod_runs() -> int:
+    """Delete ended GPU pod runs older than POD_RUN_RETENTION_DAYS (inventory/podruns.py)."""
+    from .podruns import prune
+
+    return prune(timezone.now() - timedelta(days=settings.POD_RUN_RETENTION_DAYS))

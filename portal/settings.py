@@ -155,6 +155,9 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = TIME_ZONE
 INVENTORY_SYNC_INTERVAL = env.int("INVENTORY_SYNC_INTERVAL", default=30)
+# Ended GPU pod runs (allocated GPU-hours where no telemetry is sent) are kept this long:
+# showback offers the current month and the twelve before it.
+POD_RUN_RETENTION_DAYS = env.int("POD_RUN_RETENTION_DAYS", default=400)
 CELERY_BEAT_SCHEDULE = {
     "inventory-sync-all": {
         "task": "inventory.tasks.sync_all_clusters",
@@ -196,6 +199,11 @@ CELERY_BEAT_SCHEDULE = {
     "quotas-reconcile": {
         "task": "quotas.tasks.reconcile_quotas",
         "schedule": timedelta(seconds=env.int("QUOTA_RECONCILE_INTERVAL", default=120)),
+    },
+    # Ended pod runs older than any showback month (inventory/podruns.py).
+    "inventory-prune-pod-runs": {
+        "task": "inventory.tasks.prune_pod_runs",
+        "schedule": timedelta(hours=6),
     },
     "inventory-recheck-permissions": {
         "task": "inventory.tasks.recheck_permissions",

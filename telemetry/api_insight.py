@@ -29,11 +29,27 @@ class ShowbackRowSerializer(serializers.Serializer):
     )
     allocated_gpu_hours = serializers.FloatField(
         allow_null=True,
-        help_text="GPU-hours the team's pods held (reported history x attribution share); "
-        "null for MIG resources (not measured)",
+        help_text="GPU-hours the team's pods held: on clusters that send telemetry, reported "
+        "history x attribution share; on the others, the inventory's pod records (GPUs "
+        "requested x hours from the pod's start to its end); null: not measured (MIG "
+        "resources, or a cluster never synced)",
     )
     busy_gpu_hours = serializers.FloatField(
-        allow_null=True, help_text="allocated GPU-hours weighted by mean utilisation"
+        allow_null=True,
+        help_text="allocated GPU-hours weighted by mean utilisation, from telemetry only; "
+        "null: not measured",
+    )
+    allocated_from = serializers.ListField(
+        child=serializers.ChoiceField(choices=["telemetry", "inventory"]),
+        help_text="where allocated_gpu_hours comes from; empty: not measured",
+    )
+
+
+class ShowbackTeamRowSerializer(ShowbackRowSerializer):
+    recorded_since = serializers.DateTimeField(
+        allow_null=True,
+        help_text="when allocated_gpu_hours comes partly from the inventory and its record "
+        "of ended pods begins inside the month: pods that ended before it are not counted",
     )
 
 
@@ -92,7 +108,7 @@ class ShowbackSerializer(serializers.Serializer):
     month = serializers.CharField()
     start = serializers.DateTimeField()
     end = serializers.DateTimeField()
-    results = ShowbackRowSerializer(many=True)
+    results = ShowbackTeamRowSerializer(many=True)
     classes = ShowbackClassRowSerializer(
         many=True, help_text="results split by GPU class; they add up to results per team"
     )

@@ -41,6 +41,10 @@ def _weighted(hours: float | None, weight: Decimal | None) -> float | None:
     return hours * float(weight)
 
 
+def _plus(total: float | None, value: float | None) -> float | None:
+    return total if value is None else (total or 0.0) + value
+
+
 def _r(v: float | None) -> float | None:
     return None if v is None else round(v, 3)
 
@@ -80,8 +84,9 @@ class ClassRow:
     resource: str
     gpu_class: GpuClass | None
     granted_hours: float
-    allocated_hours: float | None  # None: not measured (MIG slices)
+    allocated_hours: float | None  # None: not measured (MIG slices; no telemetry)
     busy_hours: float | None
+    allocated_from: tuple = ()  # as ShowbackRow.allocated_from
 
     @property
     def label(self) -> str:
@@ -98,15 +103,15 @@ class ClassRow:
 
     @property
     def weighted_granted(self) -> float | None:
-        return self.granted_hours * float(self.weight) if self.priced else None
+        return _weighted(self.granted_hours, self.weight) if self.priced else None
 
     @property
     def weighted_allocated(self) -> float | None:
-        return self.allocated_hours * float(self.weight) if self.priced else None
+        return _weighted(self.allocated_hours, self.weight) if self.priced else None
 
     @property
     def weighted_busy(self) -> float | None:
-        return self.busy_hours * float(self.weight) if self.priced else None
+        return _weighted(self.busy_hours, self.weight) if self.priced else None
 
     def as_dict(self) -> dict:
         return {
@@ -116,6 +121,7 @@ class ClassRow:
             "granted_gpu_hours": round(self.granted_hours, 3),
             "allocated_gpu_hours": _r(self.allocated_hours),
             "busy_gpu_hours": _r(self.busy_hours),
+            "allocated_from": list(self.allocated_from),
             "weighted_granted": _r(self.weighted_granted),
             "weighted_allocated": _r(self.weighted_allocated),
             "weighted_busy": _r(self.weighted_busy),
@@ -141,9 +147,11 @@ class TeamCost:
             self.unweighted_granted_hours += row.granted_hours
             self.unweighted_allocated_hours += row.allocated_hours or 0.0
             return
-        self.weighted_granted = (self.weighted_granted or 0.0) + row.weighted_granted
-        self.weighted_allocated = (self.weighted_allocated or 0.0) + row.weighted_allocated
-        self.weighted_busy = (self.weighted_busy or 0.0) + row.weighted_busy
+        # A figure not measured in a row (busy GPU-hours where only the inventory knows
+        # what was allocated) is left out of its total, not counted as 0.
+        self.weighted_granted = _plus(self.weighted_granted, row.weighted_granted)
+        self.weighted_allocated = _plus(self.weighted_allocated, row.weighted_allocated)
+        self.weighted_busy = _plus(self.weighted_busy, row.weighted_busy)
 
     def as_dict(self) -> dict:
         return {
@@ -171,7 +179,7 @@ def class_rows(led: Ledger) -> ClassReport:
     """Per team, resource and GPU class, from the ledger the per-team rows sum (one query
     for the classes)."""
     classes = load_classes(
-        [c for (_, _, c) in led.granted] + [c for (_, c) in led.used]
+        [c for (_, _, c) in led.granted] + [c for (_, c) in [*led.used, *led.held]]
     )  # fmt: skip
     rows: list[ClassRow] = []
     costs: list[TeamCost] = []
@@ -180,25 +188,26 @@ def class_rows(led: Ledger) -> ClassReport:
         for t, resource, class_id in led.granted:
             if t == team.pk:
                 cells[resource].add(class_id)
-        for t, class_id in led.used:
+        for t, class_id in [*led.used, *led.held]:
             if t == team.pk:
                 cells[GPU_RESOURCE].add(class_id)
         cost = TeamCost(team)
         for resource in sorted(cells, key=resource_order):
             for class_id in sorted(cells[resource], key=lambda c: _class_order(classes.get(c))):
-                measured = (
-                    resource == GPU_RESOURCE
-                    and team.pk not in led.unmeasured_teams
-                    and class_id not in led.unmeasured_classes
+                from_ = led.sources(team.pk, class_id) if resource == GPU_RESOURCE else ()
+                a, b, _ = led.allocated(
+                    tuple(led.used.get((team.pk, class_id), (0.0, 0.0))),
+                    led.held.get((team.pk, class_id), 0.0),
+                    from_,
                 )
-                a, b = led.used.get((team.pk, class_id), (0.0, 0.0))
                 row = ClassRow(
                     team=team,
                     resource=resource,
                     gpu_class=classes.get(class_id),
                     granted_hours=led.granted.get((team.pk, resource, class_id), 0.0),
-                    allocated_hours=a if measured else None,
-                    busy_hours=b if measured else None,
+                    allocated_hours=a,
+                    busy_hours=b,
+                    allocated_from=from_,
                 )
                 rows.append(row)
                 cost.add(row)

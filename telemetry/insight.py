@@ -295,6 +295,9 @@ class GrantUtilisation:
     idle_now: int
     measured: bool = True  # False: the namespace's cluster sends no telemetry
     cluster: str = ""
+    # Where allocated_gpu_hours comes from: telemetry, the inventory's pod records
+    # (inventory/podruns.py) where the cluster sends none, or nowhere (not measured).
+    allocated_from: str = "telemetry"
 
     @property
     def hours(self) -> float:
@@ -349,18 +352,20 @@ def annotate_renewals(requests, now: datetime | None = None) -> None:
     idle_by_ns: dict[NsKey, int] = defaultdict(int)
     for a in idle:
         idle_by_ns[a.key] += a.gpus
-    measured = None
+    measured = measured_cluster_ids({r.namespace.cluster_id for r in renewals})
+    held = _held_by_inventory(renewals, measured, start, now)
     for r in renewals:
         key = (r.namespace.cluster_id, r.namespace.name)
         begin = max(start, r.target_grant.starts_at)
+        alloc, busy = used_since(used, key, begin)
+        source = "telemetry" if r.namespace.cluster_id in measured else ""
+        if not source and key in held:  # from the inventory's record, which may begin later
+            (begin, alloc), source = held[key], "inventory"
         if begin >= now:
             continue
         granted = granted_hours(
             [g for g in grants if g.namespace_id == r.namespace_id], begin, now, now=now
         )
-        alloc, busy = used_since(used, key, begin)
-        if measured is None:
-            measured = measured_cluster_ids({r.namespace.cluster_id for r in renewals})
         r.utilisation = GrantUtilisation(
             start=begin,
             end=now,
@@ -370,7 +375,28 @@ def annotate_renewals(requests, now: datetime | None = None) -> None:
             idle_now=idle_by_ns.get(key, 0),
             measured=r.namespace.cluster_id in measured,
             cluster=r.namespace.cluster.name,
+            allocated_from=source,
         )
+
+
+def _held_by_inventory(renewals, measured: set, start: datetime, now: datetime) -> dict:
+    """{(cluster id, namespace): (from when, allocated GPU-hours from then)} from the
+    inventory's pod records, for renewals on clusters that send no telemetry: from the
+    later of the renewed grant's window and the start of the record (pods that ended
+    before it are not known; inventory/podruns.py)."""
+    from inventory import podruns
+
+    since = podruns.recorded_since({r.namespace.cluster_id for r in renewals} - measured)
+    windows = {}
+    for r in renewals:
+        at = since.get(r.namespace.cluster_id)
+        if at is not None:
+            begin = max(start, r.target_grant.starts_at, at)
+            windows[(r.namespace.cluster_id, r.namespace.name)] = begin
+    hours: dict = defaultdict(float)
+    for (cluster_id, ns, _), h in podruns.allocated_in(windows, now).items():
+        hours[(cluster_id, ns)] += h
+    return {key: (begin, hours.get(key, 0.0)) for key, begin in windows.items()}
 
 
 def used_since(used, key: NsKey, begin: datetime) -> tuple[float, float]:

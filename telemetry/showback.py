@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from django.db.models import Q
@@ -137,6 +137,12 @@ class ShowbackRow:
     granted_hours: float
     allocated_hours: float | None  # None: not measured (MIG slices; no telemetry)
     busy_hours: float | None
+    # Where allocated_hours comes from: ("telemetry",), ("inventory",) or both.
+    allocated_from: tuple = ()
+    # The part of allocated_hours that telemetry measured: busy_hours is a share of it.
+    measured_hours: float = 0.0
+    # When the inventory's record of ended pods begins, where that is inside the period.
+    recorded_since: datetime | None = None
 
     @property
     def allocated_pct(self) -> float | None:
@@ -146,9 +152,13 @@ class ShowbackRow:
 
     @property
     def busy_pct(self) -> float | None:
-        if not self.allocated_hours:
+        if self.busy_hours is None or not self.measured_hours:
             return None
-        return 100 * (self.busy_hours or 0) / self.allocated_hours
+        return 100 * self.busy_hours / self.measured_hours
+
+    @property
+    def from_inventory(self) -> bool:
+        return "inventory" in self.allocated_from
 
     def as_dict(self) -> dict:
         return {
@@ -157,6 +167,8 @@ class ShowbackRow:
             "granted_gpu_hours": round(self.granted_hours, 3),
             "allocated_gpu_hours": _r(self.allocated_hours),
             "busy_gpu_hours": _r(self.busy_hours),
+            "allocated_from": list(self.allocated_from),
+            "recorded_since": self.recorded_since,
         }
 
 
@@ -164,27 +176,64 @@ def _r(v: float | None) -> float | None:
     return None if v is None else round(v, 3)
 
 
+TELEMETRY, INVENTORY = "telemetry", "inventory"
+
+
 @dataclass
 class Ledger:
     """The cells every showback figure is a sum of, per GPU class (``None``: an any-class
     grant, or a GPU on a node no class holds). Per-team rows (:func:`rows`) and per-class
-    rows (``telemetry.classes``) add up the same cells: one number, one definition."""
+    rows (``telemetry.classes``) add up the same cells: one number, one definition.
+
+    Allocated GPU-hours come from telemetry on the clusters that send it
+    (telemetry/measured.py) and from the inventory's pod records on the others
+    (inventory/podruns.py); busy GPU-hours only from telemetry. A team or class that
+    neither covers has its allocated figures *not measured*, never 0."""
 
     teams: list[Team]
     # (team id, resource, class id or None) -> granted amount-hours
     granted: dict[tuple, float]
-    # (team id, class id or None) -> [allocated GPU-hours, busy GPU-hours] (whole GPUs)
+    # (team id, class id or None) -> [allocated GPU-hours, busy GPU-hours] (whole GPUs),
+    # measured by telemetry
     used: dict[tuple, list[float]]
-    # teams none of whose clusters sends telemetry: their allocated figures are not
-    # measured (telemetry/measured.py), never 0; and the classes of such clusters
+    # teams none of whose clusters sends telemetry, and the classes of such clusters
     unmeasured_teams: frozenset = frozenset()
     unmeasured_classes: frozenset = frozenset()
+    # (team id, class id or None) -> allocated GPU-hours from the inventory's pod records,
+    # on the clusters that send no telemetry
+    held: dict[tuple, float] = field(default_factory=dict)
+    # teams with such a cluster whose pods are recorded, and the classes of those clusters
+    inventory_teams: frozenset = frozenset()
+    inventory_classes: frozenset = frozenset()
+    # team id -> when the record of its clusters' ended pods begins, inside the period
+    recorded_since: dict = field(default_factory=dict)
+
+    def sources(self, team_id, class_id=...) -> tuple:
+        """Where a team's allocated GPU-hours come from (``class_id`` given: in that
+        class): ("telemetry",), ("inventory",), both, or () for not measured."""
+        if class_id is ... or class_id is None:
+            tel, inv = team_id not in self.unmeasured_teams, team_id in self.inventory_teams
+        elif class_id in self.unmeasured_classes:
+            tel, inv = False, class_id in self.inventory_classes
+        else:
+            tel, inv = team_id not in self.unmeasured_teams, False
+        return tuple(name for name, on in ((TELEMETRY, tel), (INVENTORY, inv)) if on)
+
+    @staticmethod
+    def allocated(telemetry: tuple, held: float, sources: tuple):
+        """(allocated, busy, measured allocated) of cells whose telemetry sums are
+        ``telemetry`` = (allocated, busy) and inventory sum ``held``, by ``sources``."""
+        if not sources:
+            return None, None, 0.0
+        a, b = telemetry if TELEMETRY in sources else (0.0, None)
+        return a + (held if INVENTORY in sources else 0.0), b, a
 
 
 def ledger(teams, start: datetime, end: datetime, now: datetime | None = None) -> Ledger:
     """Granted and used cells for [start, end): granted from grants (by the grant's class),
-    used (whole GPUs only) from history and attribution (by the class of the GPU's node).
-    A fixed number of queries."""
+    used (whole GPUs only) from history and attribution (by the class of the GPU's node)
+    and from the inventory's pod records where no telemetry is sent. A fixed number of
+    queries."""
     from quotas.models import TeamNamespace
 
     now = now or timezone.now()
@@ -214,30 +263,48 @@ def ledger(teams, start: datetime, end: datetime, now: datetime | None = None) -
                     cell[0] += hours * share
                     cell[1] += busy * share
     return Ledger(teams=teams, granted=dict(granted), used=dict(used),
-                  **_unmeasured(teams, granted))  # fmt: skip
+                  **_coverage(ns_team, granted, start, stop))  # fmt: skip
 
 
-def _unmeasured(teams, granted) -> dict:
-    """Which teams and GPU classes no telemetry covers (telemetry/measured.py)."""
+def _coverage(ns_team: dict, granted: dict, start: datetime, stop: datetime) -> dict:
+    """Which teams and GPU classes telemetry covers (telemetry/measured.py), and what the
+    inventory's pod records give on the clusters it does not (inventory/podruns.py)."""
+    from inventory import podruns
     from inventory.models import GpuClass
-    from quotas.models import TeamNamespace
 
     from .measured import measured_cluster_ids
 
     clusters: dict = defaultdict(set)
-    for team_id, cluster_id in TeamNamespace.objects.filter(team__in=teams).values_list(
-        "team_id", "cluster_id"
-    ):
+    for cluster_id, team_id in {(c, t) for (c, _), t in ns_team.items()}:
         clusters[team_id].add(cluster_id)
-    measured = measured_cluster_ids({c for cs in clusters.values() for c in cs})
-    class_ids = {c for (_, _, c) in granted if c is not None}
+    every = {c for cs in clusters.values() for c in cs}
+    measured = measured_cluster_ids(every)
+    since = podruns.recorded_since(every - measured)
+    recorded = {c for c, at in since.items() if at is not None and at < stop}
+    held: dict = defaultdict(float)
+    for (cluster_id, ns, class_id), hours in podruns.allocated_hours(recorded, start, stop).items():
+        team_id = ns_team.get((cluster_id, ns))
+        if team_id is not None and hours:
+            held[(team_id, class_id)] += hours
+    class_ids = {c for (_, _, c) in granted if c is not None} | {c for (_, c) in held if c}
+    unmeasured_classes = {
+        pk: cluster_id
+        for pk, cluster_id in GpuClass.objects.filter(pk__in=class_ids)
+        .exclude(cluster_id__in=measured)
+        .values_list("pk", "cluster_id")
+    }
+    late = {c: since[c] for c in recorded if since[c] > start}
     return {
         "unmeasured_teams": frozenset(t for t, cs in clusters.items() if not cs & measured),
-        "unmeasured_classes": frozenset(
-            GpuClass.objects.filter(pk__in=class_ids)
-            .exclude(cluster_id__in=measured)
-            .values_list("pk", flat=True)
-        ),
+        "unmeasured_classes": frozenset(unmeasured_classes),
+        "held": dict(held),
+        "inventory_teams": frozenset(t for t, cs in clusters.items() if cs & recorded),
+        "inventory_classes": frozenset(k for k, c in unmeasured_classes.items() if c in recorded),
+        "recorded_since": {
+            t: max(late[c] for c in cs & late.keys())
+            for t, cs in clusters.items()
+            if cs & late.keys()
+        },
     }
 
 
@@ -254,21 +321,30 @@ def rows(led: Ledger) -> list[ShowbackRow]:
     for (team_id, _), (a, b) in led.used.items():
         used[team_id][0] += a
         used[team_id][1] += b
+    held: dict = defaultdict(float)
+    for (team_id, _), hours in led.held.items():
+        held[team_id] += hours
     out = []
     for team in led.teams:
         resources = {r for (t, r) in granted if t == team.pk}
-        if team.pk in used:
+        if team.pk in used or team.pk in held:
             resources.add(GPU_RESOURCE)
         for resource in sorted(resources, key=resource_order):
-            measured = resource == GPU_RESOURCE and team.pk not in led.unmeasured_teams
-            a, b = used.get(team.pk, (0.0, 0.0))
+            whole = resource == GPU_RESOURCE
+            from_ = led.sources(team.pk) if whole else ()
+            a, b, m = led.allocated(
+                tuple(used.get(team.pk, (0.0, 0.0))), held.get(team.pk, 0.0), from_
+            )
             out.append(
                 ShowbackRow(
                     team=team,
                     resource=resource,
                     granted_hours=granted.get((team.pk, resource), 0.0),
-                    allocated_hours=a if measured else None,
-                    busy_hours=b if measured else None,
+                    allocated_hours=a,
+                    busy_hours=b,
+                    allocated_from=from_,
+                    measured_hours=m,
+                    recorded_since=led.recorded_since.get(team.pk) if INVENTORY in from_ else None,
                 )
             )
     return out

@@ -347,6 +347,9 @@ def showback_page(request: HttpRequest) -> HttpResponse:
             "total_granted": sum(r.granted_hours for r in rows if r.resource == GPU_RESOURCE),
             "total_allocated": sum(r.allocated_hours or 0 for r in rows),
             "total_busy": sum(r.busy_hours or 0 for r in rows),
+            "busy_unmeasured": any(
+                r.busy_hours is None and r.allocated_hours is not None for r in rows
+            ),
             "class_report": report,
             "total_weighted": _total(t.weighted_allocated for t in report.teams),
         },
@@ -366,8 +369,9 @@ def showback_csv(request: HttpRequest) -> HttpResponse:
     response["Content-Disposition"] = f'attachment; filename="showback-{month}.csv"'
     writer = csv.writer(response)
     writer.writerow(
-        ["month", "team", "resource", "granted_gpu_hours", "allocated_gpu_hours", "busy_gpu_hours"]
-    )
+        ["month", "team", "resource", "granted_gpu_hours", "allocated_gpu_hours", "busy_gpu_hours",
+         "allocated_from"]
+    )  # fmt: skip
     for r in rows:
         d = r.as_dict()
         writer.writerow(
@@ -378,9 +382,20 @@ def showback_csv(request: HttpRequest) -> HttpResponse:
                 f"{d['granted_gpu_hours']:.3f}",
                 "" if d["allocated_gpu_hours"] is None else f"{d['allocated_gpu_hours']:.3f}",
                 "" if d["busy_gpu_hours"] is None else f"{d['busy_gpu_hours']:.3f}",
+                " ".join(d["allocated_from"]),
             ]
         )
     return response
+
+
+def _csv_cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    if isinstance(value, list):
+        return " ".join(value)
+    return str(value)
 
 
 @session_or_token  # automation fetches it with an API token too
@@ -393,16 +408,10 @@ def showback_classes_csv(request: HttpRequest) -> HttpResponse:
     columns = [
         "team", "resource", "cluster", "gpu_class_slug", "gpu_class_name", "weight",
         "granted_gpu_hours", "allocated_gpu_hours", "busy_gpu_hours",
-        "weighted_granted", "weighted_allocated", "weighted_busy",
+        "weighted_granted", "weighted_allocated", "weighted_busy", "allocated_from",
     ]  # fmt: skip
     writer.writerow(["month", *columns])
     for r in classes.class_rows(led).rows:
         d = r.as_dict()
-        writer.writerow(
-            [month]
-            + [
-                "" if d[c] is None else f"{d[c]:.3f}" if isinstance(d[c], float) else d[c]
-                for c in columns
-            ]
-        )
+        writer.writerow([month] + [_csv_cell(d[c]) for c in columns])
     return response

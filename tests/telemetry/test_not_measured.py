@@ -61,3 +61,96 @@ def test_showback_and_a_renewal_say_not_measured_instead_of_0(world):
     annotate_renewals([renewal], now)
     assert renewal.utilisation.measured is False
     assert renewal.utilisation.avg_granted == pytest.approx(4.0)
+
+
+# -- allocated GPU-hours from the inventory's pod records (inventory/podruns.py) -----------
+
+
+@pytest.fixture
+def recorded(world):
+    """The Kueue cluster's pods recorded for two days: one pod running for 10 h (4 GPUs), one
+    that ran 10 h and ended (2 GPUs), one of another team's namespace, and one of ``both``
+    running for 5 h (1 GPU), all on a node of class H100."""
+    from inventory.models import GpuClass, Node, PodRun
+    from tests.factories import make_pod
+
+    now = timezone.now()
+    kueue = world["kueue"]
+    kueue.pods_recorded_since = now - timedelta(days=2)
+    kueue.save()
+    h100 = GpuClass.objects.create(cluster=kueue, slug="h100", name="H100",
+                                   selector={"nvidia.com/gpu.product": "H100"})  # fmt: skip
+    node = Node.objects.get(cluster=kueue, name="k-0")
+    node.gpu_class = h100
+    node.save()
+    make_pod(node, "train", namespace="d-1", gpus=4, started_at=now - timedelta(hours=10))
+    make_pod(node, "nb", namespace="b-2", gpus=1, started_at=now - timedelta(hours=5))
+    for ns in ("d-1", "not-a-team"):
+        PodRun.objects.create(cluster=kueue, namespace=ns, name="done", node_name="k-0",
+                              gpu_class=h100, gpus=2, started_at=now - timedelta(hours=30),
+                              ended_at=now - timedelta(hours=20))  # fmt: skip
+    return {**world, "h100": h100, "now": now}
+
+
+def test_showback_takes_allocated_hours_from_the_inventory_and_says_so(recorded):
+    from telemetry.classes import class_rows
+    from telemetry.showback import ledger, rows
+
+    now = recorded["now"]
+    start = now - timedelta(days=5)
+    led = ledger([recorded["both"], recorded["dark"]], start, now + timedelta(days=1), now)
+    by_team = {r.team.slug: r for r in rows(led)}
+    dark = by_team["dark"]
+    # 4 GPUs x 10 h running + 2 GPUs x 10 h ended; how busy is not measured.
+    assert dark.allocated_hours == pytest.approx(60, rel=1e-3)
+    assert (dark.allocated_from, dark.busy_hours, dark.busy_pct) == (("inventory",), None, None)
+    assert dark.granted_hours == pytest.approx(4 * 72, rel=1e-3)
+    assert dark.allocated_pct == pytest.approx(100 * 60 / (4 * 72), rel=1e-3)
+    assert dark.recorded_since == recorded["kueue"].pods_recorded_since  # inside the period
+    assert dark.as_dict()["allocated_from"] == ["inventory"]
+    # A team on both kinds of cluster: telemetry (no history yet: 0) plus the inventory.
+    both = by_team["both"]
+    assert both.allocated_from == ("telemetry", "inventory")
+    assert both.allocated_hours == pytest.approx(5, rel=1e-3) and both.busy_hours == 0
+    # Per class: the H100 row holds the hours; the any-class grant's row holds none; they
+    # add up to the team's row.
+    report = class_rows(led)
+    dark_rows = {r.label: r for r in report.rows if r.team.slug == "dark"}
+    assert dark_rows["H100"].allocated_hours == pytest.approx(60, rel=1e-3)
+    assert dark_rows["H100"].allocated_from == ("inventory",)
+    assert dark_rows["H100"].busy_hours is None
+    assert sum(r.allocated_hours for r in dark_rows.values()) == pytest.approx(60, rel=1e-3)
+
+
+def test_a_cluster_never_synced_stays_not_measured(recorded):
+    from telemetry.showback import showback
+
+    recorded["kueue"].pods_recorded_since = None
+    recorded["kueue"].save()
+    now = recorded["now"]
+    [row] = showback([recorded["dark"]], now - timedelta(days=5), now, now)
+    assert (row.allocated_hours, row.allocated_from) == (None, ())
+
+
+def test_a_renewal_on_an_unmeasured_cluster_shows_what_the_inventory_recorded(recorded):
+    from django.template.loader import render_to_string
+
+    from quotas.models import QuotaRequest
+
+    now = recorded["now"]
+    renewal = QuotaRequest(
+        kind=QuotaRequest.Kind.RENEWAL, resource="nvidia.com/gpu", amount=4,
+        namespace=recorded["grant"].namespace, team=recorded["dark"],
+        target_grant=recorded["grant"],
+    )  # fmt: skip
+    annotate_renewals([renewal], now)
+    u = renewal.utilisation
+    # From the start of the record (2 days ago), later than the grant's start (3 days ago).
+    assert (u.measured, u.allocated_from) == (False, "inventory")
+    assert u.start == recorded["kueue"].pods_recorded_since
+    assert u.avg_allocated == pytest.approx(60 / 48, rel=1e-3)
+    assert u.avg_granted == pytest.approx(4.0)
+    html = render_to_string("telemetry/_renewal_utilisation.html", {"req": renewal})
+    assert 'data-allocated-from="inventory"' in html
+    assert "of 4.0</strong> granted GPUs held" in html, html
+    assert "not measured" in html

@@ -195,7 +195,7 @@ def test_showback_page_and_csv(client, world):
     assert response["Content-Type"].startswith("text/csv")
     rows = list(csv.reader(io.StringIO(response.content.decode())))
     assert rows[0] == ["month", "team", "resource", "granted_gpu_hours", "allocated_gpu_hours",
-                       "busy_gpu_hours"]  # fmt: skip
+                       "busy_gpu_hours", "allocated_from"]  # fmt: skip
     assert rows[1][:4] == [f"{year}-11", "vision", "nvidia.com/gpu", "36.000"]
     assert len(rows) == 2
     _get(client, world["member"], reverse("telemetry:showback") + "?month=bad", status=404)

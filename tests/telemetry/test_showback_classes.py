@@ -242,7 +242,8 @@ def test_showback_api_has_class_rows_and_team_costs_scoped(world):
     body = api.get(f"/api/v1/showback/?month={YEAR}-11").json()
     assert [r["team"] for r in body["results"]] == ["vision", "vision"]  # fields kept
     assert set(body["results"][0]) == {
-        "team", "resource", "granted_gpu_hours", "allocated_gpu_hours", "busy_gpu_hours"
+        "team", "resource", "granted_gpu_hours", "allocated_gpu_hours", "busy_gpu_hours",
+        "allocated_from", "recorded_since",
     }  # fmt: skip
     h100 = next(r for r in body["classes"] if r["gpu_class_slug"] == world["h100"].slug)
     assert h100 == {
@@ -250,7 +251,7 @@ def test_showback_api_has_class_rows_and_team_costs_scoped(world):
         "gpu_class_slug": world["h100"].slug, "gpu_class_name": "NVIDIA H100 80GB HBM3",
         "cluster": "c1", "weight": "10.0000", "granted_gpu_hours": 48.0,
         "allocated_gpu_hours": 10.0, "busy_gpu_hours": 5.0, "weighted_granted": 480.0,
-        "weighted_allocated": 100.0, "weighted_busy": 50.0,
+        "weighted_allocated": 100.0, "weighted_busy": 50.0, "allocated_from": ["telemetry"],
     }  # fmt: skip
     anyc = next(r for r in body["classes"] if r["gpu_class"] is None)
     assert (anyc["gpu_class_name"], anyc["weight"], anyc["weighted_granted"]) == (
@@ -341,14 +342,15 @@ def test_class_csv(client, world):
     assert rows[0][:7] == ["month", "team", "resource", "cluster", "gpu_class_slug",
                            "gpu_class_name", "weight"]  # fmt: skip
     h100 = next(r for r in rows if r[4] == world["h100"].slug and r[2] == GPU)
-    assert h100[6:] == ["10.0000", "48.000", "10.000", "5.000", "480.000", "100.000", "50.000"]
+    assert h100[6:] == ["10.0000", "48.000", "10.000", "5.000", "480.000", "100.000", "50.000",
+                        "telemetry"]  # fmt: skip
     anyc = next(r for r in rows if r[5] == "any class")
-    assert anyc[3:5] == ["", ""] and anyc[-3:] == ["", "", ""]
-    # The per-team CSV is unchanged.
+    assert anyc[3:5] == ["", ""] and anyc[-4:] == ["", "", "", "telemetry"]
+    # The per-team CSV keeps its columns (allocated_from added last).
     response = client.get(reverse("telemetry:showback-csv") + f"?month={YEAR}-11")
     assert next(csv.reader(io.StringIO(response.content.decode()))) == [
         "month", "team", "resource", "granted_gpu_hours", "allocated_gpu_hours",
-        "busy_gpu_hours",
+        "busy_gpu_hours", "allocated_from",
     ]  # fmt: skip
 
 
