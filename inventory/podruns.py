@@ -179,6 +179,57 @@ def allocated_in(windows: dict, stop: datetime) -> Cells:
     return out
 
 
+# -- history for estimates ------------------------------------------------------------------
+
+
+def run_durations(
+    cluster_id, since: datetime, *, gpu_class_id=None, namespace: str | None = None
+) -> list[float]:
+    """How long (seconds) the GPU pods of a cluster that ended after ``since`` ran, of one
+    GPU class and/or namespace where given: the history a wait estimate stands on."""
+    qs = PodRun.objects.filter(cluster_id=cluster_id, ended_at__gt=since)
+    if gpu_class_id is not None:
+        qs = qs.filter(gpu_class_id=gpu_class_id)
+    if namespace is not None:
+        qs = qs.filter(namespace=namespace)
+    return [
+        (end - start).total_seconds() for start, end in qs.values_list("started_at", "ended_at")
+    ]
+
+
+def running(cluster_id, resource: str, *, gpu_class_id=None, namespace: str | None = None):
+    """[(amount of ``resource`` requested, started at, node id)] of the started pods of a
+    cluster that hold ``resource``, on nodes of one GPU class and/or in one namespace where
+    given."""
+    qs = GpuPod.objects.filter(
+        cluster_id=cluster_id, started_at__isnull=False, node__isnull=False,
+        requests__has_key=resource,
+    )  # fmt: skip
+    if gpu_class_id is not None:
+        qs = qs.filter(node__gpu_class_id=gpu_class_id)
+    if namespace is not None:
+        qs = qs.filter(namespace=namespace)
+    return [
+        (int(req.get(resource) or 0), started, node_id)
+        for req, started, node_id in qs.values_list("requests", "started_at", "node_id")
+        if int(req.get(resource) or 0) > 0
+    ]
+
+
+def free_per_node(cluster_id, resource: str, *, gpu_class_id=None) -> dict:
+    """{node id: allocatable - requested of ``resource``} on the present, ready and
+    schedulable nodes of a cluster (of one GPU class where given)."""
+    from .models import NodeResource
+
+    qs = NodeResource.objects.filter(
+        node__cluster_id=cluster_id, node__gone_at__isnull=True, node__ready=True,
+        node__unschedulable=False, resource=resource,
+    )  # fmt: skip
+    if gpu_class_id is not None:
+        qs = qs.filter(node__gpu_class_id=gpu_class_id)
+    return {n: max(a - r, 0) for n, a, r in qs.values_list("node_id", "allocatable", "requested")}
+
+
 def _uuid(value):
     return value if value is None or isinstance(value, uuid.UUID) else uuid.UUID(str(value))
 

@@ -2,7 +2,8 @@
 says what each signal means), each finding with its GPU class, a sentence of ours and
 what to do: a request prefilled with the missing amount, another class with room now,
 the admin's part when a quota the portal does not manage binds, and an estimated wait
-where one can be computed (a grant of the team's that starts later), saying when not.
+where one can be computed (quotas/wait_estimate.py: grants that start or end, and how
+long pods ran), saying when not.
 
 A cluster that cannot be read is reported as such, fast (no retry, a short timeout), and
 its namespaces are left out rather than shown as having nothing waiting.
@@ -12,20 +13,23 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from urllib.parse import urlencode
 
 from django.conf import settings
+from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 
+from inventory import podruns
 from inventory.figures import IDLE_NOW, POOL, idle_now
 from inventory.kube import KubeError, KubeGateway
-from inventory.models import GpuClass
+from inventory.models import GPU_RESOURCE, GpuClass
 
 from . import kueue, preview
 from .figures import usable
 from .models import Grant, Team, TeamNamespace
+from .wait_estimate import HISTORY, MIN_RUNS, Estimate, estimate
 from .waiting import Finding, findings
 
 READ_TIMEOUT_S = 5.0
@@ -117,11 +121,13 @@ class _Context:
             self.classes[cls.cluster_id].append(cls)
         self.idle = idle_now(cluster_ids)
         self.states = preview.states(namespaces, now)
-        self.upcoming = defaultdict(list)
-        for g in Grant.objects.filter(
-            namespace__in=namespaces, ended_at__isnull=True, starts_at__gt=now
-        ).order_by("starts_at"):
-            self.upcoming[(g.namespace_id, g.resource)].append(g)
+        # Grants not released: those that start or end later change the team's limit.
+        self.grants = defaultdict(list)
+        for g in Grant.objects.filter(namespace__in=namespaces, ended_at__isnull=True).filter(
+            Q(starts_at__gt=now) | Q(ends_at__gt=now)
+        ):
+            self.grants[(g.namespace_id, g.resource)].append(g)
+        self._history: dict = {}
 
     def class_of(self, ns: TeamNamespace, f: Finding) -> GpuClass | None:
         for cls in self.classes[ns.cluster_id]:
@@ -166,21 +172,90 @@ class _Context:
         where = f" of {cls.name}" if cls else ""
         return Suggestion("request", f"Request {amount} more {item.finding.resource}{where}", url)
 
-    def estimate(self, item: Item, missing: int) -> Suggestion:
-        ahead = 0
-        for g in self.upcoming[(item.namespace.pk, item.finding.resource)]:
-            if item.gpu_class is None or g.gpu_class_id in (None, item.gpu_class.pk):
-                ahead += g.amount
-                if ahead >= missing:
-                    when = g.starts_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
-                    return Suggestion(
-                        "wait", f"Estimated start: {when}, when a grant of the team begins."
-                    )
-        return Suggestion(
-            "wait",
-            "No estimated wait: it depends on when running jobs end, which the cluster "
-            "does not say.",
+    def estimate(
+        self, item: Item, need: int, free_now: int = 0, *, capacity=False, team_grants=True
+    ) -> Suggestion:
+        """When ``need`` is free (quotas/wait_estimate.py) from ``free_now``: by the team's own
+        limit (its pods in the namespace; its grants' starts and ends unless ``team_grants`` is
+        False: a quota outside the portal), or, with ``capacity``, by what the class's
+        nodes hold (every pod on them)."""
+        f, ns, cls = item.finding, item.namespace, item.gpu_class
+        since = self.now - HISTORY
+        cls_id = cls.pk if cls else None
+        if capacity:
+            scope = {"gpu_class_id": cls_id}
+            what, grants = (cls.name if cls else ns.cluster.name), []
+        else:
+            scope = {"namespace": ns.name}
+            if cls is not None and ns.cluster.enforces_classes:
+                scope["gpu_class_id"] = cls_id
+            what, grants = ns.name, (self._grant_events(item) if team_grants else [])
+        holders = podruns.running(ns.cluster_id, f.resource, **scope)
+        durations = [] if f.resource != GPU_RESOURCE else self._durations(ns, since, scope)
+        holding = what
+        if not capacity and len(durations) < MIN_RUNS and f.resource == GPU_RESOURCE:
+            # The team's own history is short: how long pods of the class run.
+            durations = self._durations(ns, since, {"gpu_class_id": cls_id})
+            what = cls.name if cls else ns.cluster.name
+        if capacity:
+            est = self._per_node(item, need, holders, durations, what)
+        else:
+            pods = [(amount, started) for amount, started, _ in holders]
+            est = estimate(need, free_now, pods, durations, grants, self.now, what, holding)
+        text = est.text
+        if est.at is None and f.resource != GPU_RESOURCE:
+            text = (
+                f"No estimated wait: run history is kept for whole GPUs ({GPU_RESOURCE}) "
+                f"only, and no grant of the team starts that would fit it."
+            )
+        return Suggestion("wait", text)
+
+    def _per_node(self, item: Item, need: int, holders: list, durations: list, what: str):
+        """A pod needs its GPUs on one node: the earliest estimate over the class's nodes,
+        each from what is free on it and the pods it runs."""
+        cls_id = item.gpu_class.pk if item.gpu_class else None
+        free = podruns.free_per_node(
+            item.namespace.cluster_id, item.finding.resource, gpu_class_id=cls_id
         )
+        on_node: dict = defaultdict(list)
+        for amount, started, node_id in holders:
+            on_node[node_id].append((amount, started))
+        best = None
+        for node_id, node_free in free.items():
+            est = estimate(need, node_free, on_node[node_id], durations, [], self.now, what)
+            if est.at is not None and (best is None or est.at < best.at):
+                best = est
+        if best is not None:
+            return best
+        # None: why, for the class as a whole (little history, or nothing that frees)
+        pods = [(amount, started) for amount, started, _ in holders]
+        est = estimate(need, 0, pods, durations, [], self.now, what)
+        if est.at is None:
+            return est
+        return Estimate(
+            None,
+            f"No estimated wait: pods of {what} are expected to end, but no single node is "
+            f"expected to have {need} free, and a pod runs on one node.",
+        )
+
+    def _durations(self, ns: TeamNamespace, since: datetime, scope: dict) -> list[float]:
+        key = (ns.cluster_id, tuple(sorted(scope.items())))
+        if key not in self._history:
+            self._history[key] = podruns.run_durations(ns.cluster_id, since, **scope)
+        return self._history[key]
+
+    def _grant_events(self, item: Item) -> list[tuple[datetime, int]]:
+        """(when, +amount) for the namespace's grants of the resource that start later,
+        (when, -amount) for those that end; a class's only (or any-class) where given."""
+        out = []
+        for g in self.grants[(item.namespace.pk, item.finding.resource)]:
+            if item.gpu_class is not None and g.gpu_class_id not in (None, item.gpu_class.pk):
+                continue
+            if g.starts_at > self.now:
+                out.append((g.starts_at, g.amount))
+            if g.ends_at is not None and g.ends_at > self.now:
+                out.append((g.ends_at, -g.amount))
+        return out
 
     # ---------------------------------------------------------------- causes
     def explain(self, item: Item) -> None:
@@ -204,7 +279,8 @@ class _Context:
                     reverse("quotas:namespace", args=[item.namespace.pk]),
                 )
             )
-        item.suggestions.append(self.estimate(item, missing))
+        ours = f.quota == settings.QUOTA_NAME
+        item.suggestions.append(self.estimate(item, f.amount, f.amount - missing, team_grants=ours))
 
     def _queued(self, item: Item) -> None:
         f = item.finding
@@ -258,7 +334,11 @@ class _Context:
             )
         item.explanation = " ".join(parts)
         item.suggestions += self.roomier_classes(item, f.amount)
-        item.suggestions.append(self.estimate(item, f.amount))
+        if f.reasons and "capacity" not in f.reasons:
+            text = "No estimated wait: it waits for a change to the job (above), not for GPUs."
+            item.suggestions.append(Suggestion("wait", text))
+        else:
+            item.suggestions.append(self.estimate(item, f.amount, capacity=True))
 
     def _starting(self, item: Item) -> None:
         item.explanation = "A node holds it but has not started it: the message is the node's own."

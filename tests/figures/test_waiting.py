@@ -262,3 +262,50 @@ def test_a_workload_kueue_queues_in_kueues_words(seeded, client):
     # the gated pod is the same thing waiting: not listed twice
     assert [i["name"] for i in body["items"]].count(wl["metadata"]["name"]) == 1
     assert not any(i["name"] == "sam-finetune" for i in body["items"])
+
+
+def test_an_estimated_wait_from_grants_and_how_long_pods_ran(lab, client):
+    """The wait suggestion stands on what the portal knows: a grant of the team that starts
+    later, and how long the class's pods ran (inventory/podruns.py); without enough of
+    either it says there is no estimate, and why."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from inventory.models import GpuClass, GpuPod, PodRun
+    from quotas.models import TeamNamespace
+    from tests.quotas.builders import make_grant
+
+    api = lab.api
+    api.create("jobs", job("train-big", 4), "capped")  # the quota allows 2
+    api.create("pods", pod("want-h100", {GPU: "4"}, {PRODUCT: H100}), "lab")
+    wait_for(lambda: scheduled_false(api, "lab", "want-h100"), what="want-h100 unschedulable")
+    wait_for(lambda: refusals(api, "capped"), what="the job controller's refusal")
+
+    def wait_text(name: str) -> str:
+        [s] = [s for s in items_by_name(client)[(name, GPU)]["suggestions"] if s["kind"] == "wait"]
+        return s["text"]
+
+    h100 = GpuClass.objects.get(cluster__slug="lab", selector={PRODUCT: H100})
+    assert wait_text("want-h100").startswith(f"No estimated wait: 0 pods of {h100.name} ended")
+    assert wait_text("train-big").startswith("No estimated wait")
+
+    # Six H100 pods ran 3 hours each this month; "hog" holds the node's 8 GPUs.
+    now = timezone.now()
+    for i in range(6):
+        end = now - timedelta(days=i + 1)
+        PodRun.objects.create(cluster=h100.cluster, namespace="lab", name=f"done-{i}",
+                              node_name="h-0", gpu_class=h100, gpus=8,
+                              started_at=end - timedelta(hours=3), ended_at=end)  # fmt: skip
+    hog = GpuPod.objects.get(name="hog")
+    text = wait_text("want-h100")
+    expected = hog.started_at + timedelta(hours=3)  # the median residual of a 3-hour run
+    assert f"Estimated start: around {expected:%Y-%m-%d %H:%M} UTC" in text, text
+    assert f"6 GPU pods of {h100.name} ended in the last 30 days, after a median of 3 h" in text
+
+    # A grant of 2 that starts tomorrow makes the team's quota fit the 4-GPU job.
+    capped = TeamNamespace.objects.get(name="capped")
+    grant = make_grant(capped, 2, days=5, start_in=timedelta(days=1))
+    text = wait_text("train-big")
+    assert text.startswith(f"Estimated start: {grant.starts_at:%Y-%m-%d %H:%M} UTC"), text
+    assert "when a grant of the team begins" in text

@@ -69,8 +69,23 @@ def test_seed_demo_is_idempotent_and_makes_the_roles_visible(demo_sim, capsys, s
     assert all(abs((g.starts_at - week_ago).total_seconds()) < 120 for g in permanent)
     timed = Grant.objects.filter(ends_at__isnull=False).get()
     assert timed.starts_at > week_ago + timedelta(days=6)  # its window as approved
+    # And the week of ended GPU pods the sync would have recorded: 8 per whole-GPU class,
+    # in the cluster's team namespaces, inside the week.
+    from inventory.models import GpuClass, PodRun
+
+    demo = Cluster.objects.get(slug="demo")
+    assert abs((demo.pods_recorded_since - week_ago).total_seconds()) < 120
+    gpu_classes = GpuClass.objects.filter(cluster=demo, node_count__gt=0,
+                                          resources__contains=["nvidia.com/gpu"])  # fmt: skip
+    runs = PodRun.objects.filter(cluster=demo)
+    assert runs.count() == 8 * gpu_classes.count() > 0
+    team_namespaces = set(demo.team_namespaces.values_list("name", flat=True))
+    assert set(runs.values_list("namespace", flat=True)) <= team_namespaces
+    assert all(r.started_at >= demo.pods_recorded_since and r.ended_at <= timezone.now()
+               for r in runs)  # fmt: skip
     call_command("seed_demo", kubeconfig=str(demo_sim))
     assert QuotaRequest.objects.count() == 4 and Team.objects.count() == 4
+    assert PodRun.objects.filter(cluster=demo).count() == runs.count()  # seeded once
     # A second run replaces the demo fleet's tokens: the old ones stop working.
     assert NodeToken.objects.active().count() == len(first_tokens)
     with pytest.raises(TokenError):
