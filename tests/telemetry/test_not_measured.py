@@ -154,3 +154,17 @@ def test_a_renewal_on_an_unmeasured_cluster_shows_what_the_inventory_recorded(re
     assert 'data-allocated-from="inventory"' in html
     assert "of 4.0</strong> granted GPUs held" in html, html
     assert "not measured" in html
+
+
+def test_the_showback_page_says_which_hours_come_from_pod_records(recorded, client):
+    from tests.quotas.builders import make_user
+
+    client.force_login(make_user("admin", staff=True))
+    html = client.get("/telemetry/showback/").content.decode()
+    # dark: from the inventory only; both: telemetry and the inventory
+    assert 'data-allocated-from="inventory"' in html
+    assert 'data-allocated-from="telemetry inventory"' in html and "partly from pod records" in html
+    assert "measured clusters only" in html  # the busy total leaves dark's hours out
+    body = client.get("/api/v1/showback/").json()
+    dark = next(r for r in body["results"] if r["team"] == "dark")
+    assert dark["allocated_from"] == ["inventory"] and dark["busy_gpu_hours"] is None
