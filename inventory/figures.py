@@ -91,6 +91,19 @@ def idle_now(cluster_ids, resources=None) -> dict[tuple, NodeFigures]:
     return {key: NodeFigures(key[2], *values) for key, values in sums.items()}
 
 
+def idle_per_node(cluster_id, resource: str, gpu_class_id=None) -> dict:
+    """{node id: idle now} of ``resource`` (the same :data:`IDLE`), on the nodes of a
+    cluster (of one GPU class where given) that can take a pod now: present, ready and
+    schedulable (a wait estimate asks where a pod could run)."""
+    rows = NodeResource.objects.filter(
+        node__cluster_id=cluster_id, node__gone_at__isnull=True, node__ready=True,
+        node__unschedulable=False, resource=resource,
+    )  # fmt: skip
+    if gpu_class_id is not None:
+        rows = rows.filter(node__gpu_class_id=gpu_class_id)
+    return dict(rows.annotate(idle=IDLE).values_list("node_id", "idle"))
+
+
 def figures_by_class(classes) -> dict:
     """{class pk: [its ClassFigure per resource]} (``quotas.figures.class_figures``): what
     ``/api/v1/gpu-classes/`` and the GPU classes page show for these classes."""

@@ -29,7 +29,7 @@ from datetime import datetime
 
 from django.db import connection
 
-from .models import GPU_RESOURCE, Cluster, GpuPod, PodRun
+from .models import GPU_RESOURCE, Cluster, GpuPod, Node, PodRun
 
 CHUNK = 5000
 
@@ -53,18 +53,17 @@ WHERE p.started_at IS NOT NULL AND jsonb_typeof(p.requests -> %(resource)s) = 'n
 _GONE = "WITH gone AS (DELETE FROM {pods} WHERE id = ANY(%(ids)s) RETURNING *)"
 
 
-def _record(pod_ids: list, now: datetime, *, delete: bool) -> int:
-    from .models import Node
+def _tables() -> dict:
+    return {"runs": PodRun._meta.db_table, "pods": GpuPod._meta.db_table,
+            "nodes": Node._meta.db_table}  # fmt: skip
 
-    tables = {
-        "runs": PodRun._meta.db_table,
-        "pods": GpuPod._meta.db_table,
-        "nodes": Node._meta.db_table,
-    }
+
+def _record(pod_ids: list, now: datetime, *, delete: bool) -> int:
+    tables = _tables()
     if delete:
         sql = _RECORD.format(head=_GONE.format(**tables), source="gone", **tables)
     else:
-        sql = _RECORD.format(head="", **{**tables, "source": f"{tables['pods']}"})
+        sql = _RECORD.format(head="", source=tables["pods"], **tables)
         sql += " AND p.id = ANY(%(ids)s)"
     written = 0
     with connection.cursor() as cur:
@@ -156,8 +155,6 @@ def allocated_in(windows: dict, stop: datetime) -> Cells:
     out: Cells = {}
     if not windows:
         return out
-    from .models import Node
-
     params = {
         "clusters": [str(c) for c, _ in windows],
         "namespaces": [ns for _, ns in windows],
@@ -165,14 +162,9 @@ def allocated_in(windows: dict, stop: datetime) -> Cells:
         "stop": stop,
         "resource": GPU_RESOURCE,
     }
-    tables = {
-        "runs": PodRun._meta.db_table,
-        "pods": GpuPod._meta.db_table,
-        "nodes": Node._meta.db_table,
-    }
     with connection.cursor() as cur:
         for sql in (_ENDED, _RUNNING):
-            cur.execute(sql.format(**tables), params)
+            cur.execute(sql.format(**_tables()), params)
             for cluster_id, ns, class_id, seconds in cur.fetchall():
                 key = (_uuid(cluster_id), ns, _uuid(class_id))
                 out[key] = out.get(key, 0.0) + float(seconds or 0) / 3600
@@ -209,25 +201,8 @@ def running(cluster_id, resource: str, *, gpu_class_id=None, namespace: str | No
         qs = qs.filter(node__gpu_class_id=gpu_class_id)
     if namespace is not None:
         qs = qs.filter(namespace=namespace)
-    return [
-        (int(req.get(resource) or 0), started, node_id)
-        for req, started, node_id in qs.values_list("requests", "started_at", "node_id")
-        if int(req.get(resource) or 0) > 0
-    ]
-
-
-def free_per_node(cluster_id, resource: str, *, gpu_class_id=None) -> dict:
-    """{node id: allocatable - requested of ``resource``} on the present, ready and
-    schedulable nodes of a cluster (of one GPU class where given)."""
-    from .models import NodeResource
-
-    qs = NodeResource.objects.filter(
-        node__cluster_id=cluster_id, node__gone_at__isnull=True, node__ready=True,
-        node__unschedulable=False, resource=resource,
-    )  # fmt: skip
-    if gpu_class_id is not None:
-        qs = qs.filter(node__gpu_class_id=gpu_class_id)
-    return {n: max(a - r, 0) for n, a, r in qs.values_list("node_id", "allocatable", "requested")}
+    rows = qs.values_list("requests", "started_at", "node_id")
+    return [(int(req[resource]), started, node) for req, started, node in rows if req[resource]]
 
 
 def _uuid(value):

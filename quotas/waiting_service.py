@@ -22,7 +22,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from inventory import podruns
-from inventory.figures import IDLE_NOW, POOL, idle_now
+from inventory.figures import IDLE_NOW, POOL, idle_now, idle_per_node
 from inventory.kube import KubeError, KubeGateway
 from inventory.models import GPU_RESOURCE, GpuClass
 
@@ -172,76 +172,75 @@ class _Context:
         where = f" of {cls.name}" if cls else ""
         return Suggestion("request", f"Request {amount} more {item.finding.resource}{where}", url)
 
-    def estimate(
-        self, item: Item, need: int, free_now: int = 0, *, capacity=False, team_grants=True
-    ) -> Suggestion:
-        """When ``need`` is free (quotas/wait_estimate.py) from ``free_now``: by the team's own
-        limit (its pods in the namespace; its grants' starts and ends unless ``team_grants`` is
-        False: a quota outside the portal), or, with ``capacity``, by what the class's
-        nodes hold (every pod on them)."""
+    def estimate(self, item: Item, need: int, free_now: int, *, team_grants=True) -> Suggestion:
+        """When ``need`` fits the team's own limit, ``free_now`` of it free
+        (quotas/wait_estimate.py): as its pods in the namespace end, and as its grants
+        start and end (unless ``team_grants`` is False: a quota outside the portal)."""
         f, ns, cls = item.finding, item.namespace, item.gpu_class
-        since = self.now - HISTORY
-        cls_id = cls.pk if cls else None
-        if capacity:
-            scope = {"gpu_class_id": cls_id}
-            what, grants = (cls.name if cls else ns.cluster.name), []
-        else:
-            scope = {"namespace": ns.name}
-            if cls is not None and ns.cluster.enforces_classes:
-                scope["gpu_class_id"] = cls_id
-            what, grants = ns.name, (self._grant_events(item) if team_grants else [])
-        holders = podruns.running(ns.cluster_id, f.resource, **scope)
-        durations = [] if f.resource != GPU_RESOURCE else self._durations(ns, since, scope)
-        holding = what
-        if not capacity and len(durations) < MIN_RUNS and f.resource == GPU_RESOURCE:
-            # The team's own history is short: how long pods of the class run.
-            durations = self._durations(ns, since, {"gpu_class_id": cls_id})
-            what = cls.name if cls else ns.cluster.name
-        if capacity:
-            est = self._per_node(item, need, holders, durations, what)
-        else:
-            pods = [(amount, started) for amount, started, _ in holders]
-            est = estimate(need, free_now, pods, durations, grants, self.now, what, holding)
+        scope = {"namespace": ns.name}
+        if cls is not None and ns.cluster.enforces_classes:
+            scope["gpu_class_id"] = cls.pk
+        holders = [(a, s) for a, s, _ in podruns.running(ns.cluster_id, f.resource, **scope)]
+        durations, what = self._durations(item, scope), ns.name
+        if len(durations) < MIN_RUNS:  # the team's own history is short: the class's
+            durations, what = self._class_history(item)
+        grants = self._grant_events(item) if team_grants else []
+        est = estimate(need, free_now, holders, durations, grants, self.now, what, ns.name)
+        return self._wait(item, est)
+
+    def capacity_estimate(self, item: Item, need: int) -> Suggestion:
+        """When ``need`` is idle on one node of the item's class (a pod runs on one node):
+        the earliest estimate over those nodes, each from its idle GPUs and its pods."""
+        f, ns = item.finding, item.namespace
+        cls_id = item.gpu_class.pk if item.gpu_class else None
+        durations, what = self._class_history(item)
+        on_node: dict = defaultdict(list)
+        for amount, started, node_id in podruns.running(
+            ns.cluster_id, f.resource, gpu_class_id=cls_id
+        ):
+            on_node[node_id].append((amount, started))
+        nodes = idle_per_node(ns.cluster_id, f.resource, cls_id)
+        found = [estimate(need, idle, on_node[node_id], durations, [], self.now, what)
+                 for node_id, idle in nodes.items()]  # fmt: skip
+        timed = [e for e in found if e.at is not None]
+        if timed:
+            return self._wait(item, min(timed, key=lambda e: e.at))
+        # None: why, for the class as a whole (little history, or nothing that frees)
+        pods = [p for held in on_node.values() for p in held]
+        est = estimate(need, 0, pods, durations, [], self.now, what)
+        if est.at is not None:
+            est = Estimate(
+                None,
+                f"No estimated wait: pods of {what} are expected to end, but no single node "
+                f"is expected to have {need} free, and a pod runs on one node.",
+            )
+        return self._wait(item, est)
+
+    def _wait(self, item: Item, est: Estimate) -> Suggestion:
         text = est.text
-        if est.at is None and f.resource != GPU_RESOURCE:
+        if est.at is None and item.finding.resource != GPU_RESOURCE:
             text = (
                 f"No estimated wait: run history is kept for whole GPUs ({GPU_RESOURCE}) "
                 f"only, and no grant of the team starts that would fit it."
             )
         return Suggestion("wait", text)
 
-    def _per_node(self, item: Item, need: int, holders: list, durations: list, what: str):
-        """A pod needs its GPUs on one node: the earliest estimate over the class's nodes,
-        each from what is free on it and the pods it runs."""
-        cls_id = item.gpu_class.pk if item.gpu_class else None
-        free = podruns.free_per_node(
-            item.namespace.cluster_id, item.finding.resource, gpu_class_id=cls_id
-        )
-        on_node: dict = defaultdict(list)
-        for amount, started, node_id in holders:
-            on_node[node_id].append((amount, started))
-        best = None
-        for node_id, node_free in free.items():
-            est = estimate(need, node_free, on_node[node_id], durations, [], self.now, what)
-            if est.at is not None and (best is None or est.at < best.at):
-                best = est
-        if best is not None:
-            return best
-        # None: why, for the class as a whole (little history, or nothing that frees)
-        pods = [(amount, started) for amount, started, _ in holders]
-        est = estimate(need, 0, pods, durations, [], self.now, what)
-        if est.at is None:
-            return est
-        return Estimate(
-            None,
-            f"No estimated wait: pods of {what} are expected to end, but no single node is "
-            f"expected to have {need} free, and a pod runs on one node.",
-        )
+    def _class_history(self, item: Item) -> tuple[list[float], str]:
+        """How long pods of the item's class (its cluster's, with none) ran, and its name."""
+        cls = item.gpu_class
+        scope = {"gpu_class_id": cls.pk if cls else None}
+        return self._durations(item, scope), cls.name if cls else item.namespace.cluster.name
 
-    def _durations(self, ns: TeamNamespace, since: datetime, scope: dict) -> list[float]:
-        key = (ns.cluster_id, tuple(sorted(scope.items())))
+    def _durations(self, item: Item, scope: dict) -> list[float]:
+        """Run lengths of ended GPU pods in ``scope`` over :data:`HISTORY` (none for other
+        resources: runs are kept for whole GPUs only), read once per scope."""
+        if item.finding.resource != GPU_RESOURCE:
+            return []
+        cluster_id = item.namespace.cluster_id
+        key = (cluster_id, tuple(sorted(scope.items())))
         if key not in self._history:
-            self._history[key] = podruns.run_durations(ns.cluster_id, since, **scope)
+            since = self.now - HISTORY
+            self._history[key] = podruns.run_durations(cluster_id, since, **scope)
         return self._history[key]
 
     def _grant_events(self, item: Item) -> list[tuple[datetime, int]]:
@@ -305,7 +304,7 @@ class _Context:
         item.explanation = text + ". Kueue gives no queue position here."
         item.suggestions.append(self.request(item, missing))
         item.suggestions += self.roomier_classes(item, f.amount)
-        item.suggestions.append(self.estimate(item, missing))
+        item.suggestions.append(self.estimate(item, missing, 0))
 
     def _unschedulable(self, item: Item) -> None:
         f = item.finding
@@ -338,7 +337,7 @@ class _Context:
             text = "No estimated wait: it waits for a change to the job (above), not for GPUs."
             item.suggestions.append(Suggestion("wait", text))
         else:
-            item.suggestions.append(self.estimate(item, f.amount, capacity=True))
+            item.suggestions.append(self.capacity_estimate(item, f.amount))
 
     def _starting(self, item: Item) -> None:
         item.explanation = "A node holds it but has not started it: the message is the node's own."
