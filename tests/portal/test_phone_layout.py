@@ -91,7 +91,10 @@ def test_pages_fit_a_phone_and_the_menu_button_works(demo, live_server):  # noqa
     users = get_user_model().objects
     cookies = {
         "admin": (_session_cookie(live_server, users.get(username="admin")), ADMIN_PAGES),
-        "bob": (_session_cookie(live_server, users.get(username="bob")), PAGES),
+        "bob": (
+            _session_cookie(live_server, users.get(username="bob")),
+            [*PAGES, "/teams/vision/waiting/", "/telemetry/showback/"],
+        ),
     }
     wide: dict[str, dict[str, int]] = {}
     hidden: dict[int, list[str]] = {}
