@@ -347,9 +347,8 @@ def showback_page(request: HttpRequest) -> HttpResponse:
             "total_granted": sum(r.granted_hours for r in rows if r.resource == GPU_RESOURCE),
             "total_allocated": sum(r.allocated_hours or 0 for r in rows),
             "total_busy": sum(r.busy_hours or 0 for r in rows),
-            "busy_unmeasured": any(
-                r.busy_hours is None and r.allocated_hours is not None for r in rows
-            ),
+            # some allocated hours come from pod records: no busy figure stands for them
+            "busy_unmeasured": any(r.from_inventory for r in rows),
             "class_report": report,
             "total_weighted": _total(t.weighted_allocated for t in report.teams),
         },
