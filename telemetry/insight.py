@@ -328,7 +328,7 @@ def annotate_renewals(requests, now: datetime | None = None) -> None:
     """Set ``req.utilisation`` (a GrantUtilisation, or None) on every renewal request of
     whole GPUs in ``requests``: how its namespace used its GPUs over the last 7 days of the
     grant being renewed. A fixed number of queries for any number of requests."""
-    from .showback import granted_hours, used_hours
+    from .showback import INVENTORY, TELEMETRY, granted_hours, used_hours
 
     now = now or timezone.now()
     renewals = [
@@ -358,9 +358,9 @@ def annotate_renewals(requests, now: datetime | None = None) -> None:
         key = (r.namespace.cluster_id, r.namespace.name)
         begin = max(start, r.target_grant.starts_at)
         alloc, busy = used_since(used, key, begin)
-        source = "telemetry" if r.namespace.cluster_id in measured else ""
+        source = TELEMETRY if r.namespace.cluster_id in measured else ""
         if not source and key in held:  # from the inventory's record, which may begin later
-            (begin, alloc), source = held[key], "inventory"
+            (begin, alloc), source = held[key], INVENTORY
         if begin >= now:
             continue
         granted = granted_hours(

@@ -41,6 +41,10 @@ MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
 MIN_YEAR, MAX_YEAR = 2000, 2999
 
 
+# Where allocated GPU-hours come from (ShowbackRow.allocated_from, the API, the CSVs).
+TELEMETRY, INVENTORY = "telemetry", "inventory"
+
+
 class BadMonth(ValueError):
     pass
 
@@ -158,7 +162,7 @@ class ShowbackRow:
 
     @property
     def from_inventory(self) -> bool:
-        return "inventory" in self.allocated_from
+        return INVENTORY in self.allocated_from
 
     def as_dict(self) -> dict:
         return {
@@ -174,9 +178,6 @@ class ShowbackRow:
 
 def _r(v: float | None) -> float | None:
     return None if v is None else round(v, 3)
-
-
-TELEMETRY, INVENTORY = "telemetry", "inventory"
 
 
 @dataclass
