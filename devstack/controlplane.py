@@ -14,7 +14,8 @@
   to them Running, with kwok's own "fast" stages;
 - Kueue's controller manager, its CRDs from the module it was built from, its webhooks served
   on 127.0.0.1 under a certificate of the harness' CA and registered with ``url`` client
-  configs (no Service on loopback).
+  configs (no Service on loopback), and its visibility API (queue positions) behind an
+  APIService when the machine has an address other than loopback (devstack/kueuevisibility.py).
 
 Every component listens on a free loopback port and logs to ``<workdir>/logs/<name>.log``. A
 monitor thread notices a component that exits: :meth:`check` then raises
@@ -52,6 +53,8 @@ NO_KUBELET_LABEL = "gpuemu.gpu-portal.dev/kubelet"
 # Our kwok stages, replacing kwok's own of the same file name (each file says why).
 KWOK_STAGES = Path(__file__).parent / "kwok-stages"
 SERVICE_CIDR = "10.96.0.0/16"
+# The aggregator's client certificate (kubeadm's name for it).
+FRONT_PROXY_CLIENT = "front-proxy-client"
 # kube-controller-manager's controllers the portal and its emulation depend on
 # (cmd/kube-controller-manager/names/controller_names.go for the names).
 CONTROLLERS = (
@@ -132,6 +135,8 @@ class ControlPlane:
                    "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"),
         )  # fmt: skip
         admin = ca.issue("admin", "kubernetes-admin", organization="system:masters", client=True)
+        front = CertificateAuthority(pki / "front-proxy", name="gpu-portal-front-proxy-ca")
+        proxy_client = front.issue("proxy-client", FRONT_PROXY_CLIENT, client=True)
         sa_key, sa_pub = service_account_keys(pki)
         self.admin_kubeconfig.write_text(
             kubeconfig_yaml(self.url, ca.pem, "kubernetes-admin", cert=admin.cert, key=admin.key)
@@ -191,6 +196,18 @@ class ControlPlane:
                 # validation refuses (pkg/apis/core/validation: loopback): nothing in this
                 # cluster dials it, so it is not reconciled.
                 "--endpoint-reconciler-type=none",
+                # The aggregation layer, for Kueue's visibility API (devstack/kueuevisibility.py):
+                # requests are proxied with the front proxy's client certificate and the
+                # caller's identity in X-Remote-* headers, to the address of the Service's
+                # EndpointSlice (there is no Service network to reach a ClusterIP).
+                f"--requestheader-client-ca-file={front.cert_path}",
+                f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                f"--proxy-client-cert-file={proxy_client.cert}",
+                f"--proxy-client-key-file={proxy_client.key}",
+                "--enable-aggregator-routing=true",
                 "--allow-privileged=true",
                 "--profiling=false",
                 "--v=1",

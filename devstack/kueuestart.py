@@ -3,7 +3,8 @@
 Its CRDs and webhook manifests come from the module the binary was built from (the cache's
 ``crds/`` and ``webhooks.yaml``); its webhooks are served on 127.0.0.1 under a certificate
 of the harness' CA and registered with ``url`` client configs, since a Service needs a
-cluster network that loopback has not. Only the integrations the portal uses are on.
+cluster network that loopback has not. Only the integrations the portal uses are on. Its
+visibility API is served where the machine has an address (devstack/kueuevisibility.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from devstack import kueuevisibility
 from devstack.kubeapi import wait_for
 
 KUEUE_NAMESPACE = "kueue-system"
@@ -66,6 +68,15 @@ def start(plane, ca, bin_dir: Path, logs: Path, began: float, timeout: float) ->
         "internalCertManagement": {"enable": False},
         "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
     }
+    address = kueuevisibility.host_address()
+    flags = []
+    if address:
+        visibility_port = free_port()
+        kueuevisibility.install_certificate(ca)
+        config["visibilityServer"] = kueuevisibility.config(address, visibility_port)
+    else:
+        # loopback only: no address an EndpointSlice accepts (devstack/kueuevisibility.py)
+        flags.append("--feature-gates=VisibilityOnDemand=false")
     config_path = plane.workdir / "kueue-config.yaml"
     config_path.write_text(yaml.safe_dump(config))
     kueue = plane._add(
@@ -75,8 +86,7 @@ def start(plane, ca, bin_dir: Path, logs: Path, began: float, timeout: float) ->
             f"--config={config_path}",
             f"--kubeconfig={plane.admin_kubeconfig}",
             "--zap-log-level=info",
-            # its on-demand visibility API server would bind a fixed port (8082)
-            "--feature-gates=VisibilityOnDemand=false",
+            *flags,
         ],
         logs,
     )
@@ -98,6 +108,8 @@ def start(plane, ca, bin_dir: Path, logs: Path, began: float, timeout: float) ->
     )
     for doc in webhooks(plane, webhook_port):
         api.apply(doc)
+    if address:
+        kueuevisibility.register(api, KUEUE_NAMESPACE, address, visibility_port, timeout)
     kueue.started_s = time.monotonic() - began
 
 

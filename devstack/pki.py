@@ -4,7 +4,10 @@ One CA signs everything: the kube-apiserver's serving certificate, the admin's c
 certificate (``O=system:masters``, as kubeadm's ``admin.conf``), one client certificate per
 control-plane component (kube-controller-manager, kube-scheduler: their RBAC users
 ``system:kube-controller-manager`` and ``system:kube-scheduler`` from the bootstrap policy) and
-the serving certificate of Kueue's webhooks on loopback. The ServiceAccount signing key is an
+the serving certificate of Kueue's webhooks on loopback. A second CA, the front proxy's (as
+kubeadm's ``front-proxy-ca``), signs only the client certificate the API server's aggregator
+presents to extension API servers (Kueue's visibility server): they trust the user it names
+in ``X-Remote-User`` because that CA signed the caller. The ServiceAccount signing key is an
 RSA key, as ``--service-account-signing-key-file`` expects.
 """
 
@@ -52,13 +55,13 @@ class Pair:
 class CertificateAuthority:
     """A CA written to ``directory`` (ca.crt, ca.key) that issues leaf pairs next to it."""
 
-    def __init__(self, directory: Path, days: int = 3650):
+    def __init__(self, directory: Path, days: int = 3650, name: str = "gpu-portal-local-ca"):
         self.dir = directory
         self.dir.mkdir(parents=True, exist_ok=True)
         self.days = days
         self._key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.now(UTC)
-        name = _name("gpu-portal-local-ca")
+        name = _name(name)
         self._cert = (
             x509.CertificateBuilder()
             .subject_name(name)

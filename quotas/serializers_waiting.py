@@ -18,6 +18,16 @@ class SuggestionSerializer(serializers.Serializer):
     url = serializers.CharField(allow_blank=True, help_text="a portal page, or empty")
 
 
+class QueuePositionSerializer(serializers.Serializer):
+    local_queue = serializers.CharField()
+    in_local_queue = serializers.IntegerField(
+        min_value=1, help_text="1 = the next workload of its LocalQueue Kueue considers"
+    )
+    in_cluster_queue = serializers.IntegerField(
+        min_value=1, help_text="its place among all pending workloads of the ClusterQueue"
+    )
+
+
 class WaitingItemSerializer(serializers.Serializer):
     kind = serializers.ChoiceField(
         source="finding.kind",
@@ -41,6 +51,15 @@ class WaitingItemSerializer(serializers.Serializer):
     )
     explanation = serializers.CharField(help_text="the portal's reading of it, in a sentence")
     since = serializers.DateTimeField(source="finding.since", allow_null=True)
+    queue_position = QueuePositionSerializer(
+        source="finding.queue_position", allow_null=True,
+        help_text="Kueue's own order (its visibility API) for a queued workload; null for "
+        "anything else, or where the cluster does not serve that API (queue_note says why)",
+    )  # fmt: skip
+    queue_note = serializers.CharField(
+        source="finding.queue_note",
+        help_text="why a queued workload has no queue_position; empty otherwise",
+    )
     suggestions = SuggestionSerializer(many=True)
 
 

@@ -17,7 +17,9 @@ The four causes and their signals:
   message from kueue ``pkg/scheduler/flavorassigner/flavorassigner.go``
   ``Assignment.Message``: "couldn't assign flavors to pod set main: insufficient unused
   quota for nvidia.com/gpu in flavor h100, 8 more needed"), or a pod held by Kueue's
-  scheduling gate ``kueue.x-k8s.io/admission`` (GPU-FACTS.md section 7).
+  scheduling gate ``kueue.x-k8s.io/admission`` (GPU-FACTS.md section 7). Its position is
+  Kueue's own, from the visibility API's pending workloads of its LocalQueue
+  (:func:`place_in_queues`), where the cluster serves that API.
 - ``unschedulable``: a pod no node holds, with its ``PodScheduled`` condition False: the
   scheduler's own message ("0/4 nodes are available: 1 Insufficient nvidia.com/gpu, 3
   node(s) didn't match Pod's node affinity/selector. ..." kubernetes
@@ -57,6 +59,25 @@ SELECTOR_MISMATCH = "didn't match Pod's node affinity/selector"
 TAINTED = ("untolerated taint", "taints that the pod didn't tolerate")
 
 
+@dataclass(frozen=True)
+class QueuePosition:
+    """Where Kueue's visibility API puts a pending workload (1 = next it considers)."""
+
+    local_queue: str
+    in_local_queue: int
+    in_cluster_queue: int
+
+    @classmethod
+    def from_visibility(cls, item: dict) -> QueuePosition:
+        """From a ``PendingWorkload`` (kueue ``apis/visibility/v1beta2/types.go``: positions
+        start from 0, in the ClusterQueue's order: priority, then queue-order time)."""
+        return cls(
+            str(item.get("localQueueName") or ""),
+            int(item.get("positionInLocalQueue") or 0) + 1,
+            int(item.get("positionInClusterQueue") or 0) + 1,
+        )
+
+
 @dataclass
 class Finding:
     """One thing that waits, per GPU resource it asks for."""
@@ -79,6 +100,10 @@ class Finding:
     needed: int | None = None
     reasons: tuple[str, ...] = ()
     owner: str = ""  # "Job/train" for a pod a controller made
+    local_queue: str = ""  # a Workload's spec.queueName
+    # Kueue's own order of the LocalQueue's pending workloads (visibility API), from 1
+    queue_position: QueuePosition | None = None
+    queue_note: str = ""  # why there is no position, when there is none
 
     @property
     def owner_kind(self) -> str:
@@ -197,6 +222,7 @@ def queued_workloads(workloads: list[dict]) -> list[Finding]:
                     "workload", meta.get("namespace", ""), meta.get("name", ""), resource,
                     amount, "queued", message, selector=workload_selector(wl), since=since,
                     flavor=flavor, needed=more, owner=_owner(meta),
+                    local_queue=str((wl.get("spec") or {}).get("queueName") or ""),
                 )
             )  # fmt: skip
     return out
@@ -303,3 +329,27 @@ def findings(
     for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
         out += pod_finding(pod, by_pod, queued_pods)
     return out
+
+
+def place_in_queues(
+    found: list[Finding], pending: dict[str, list[dict]] | None, why_not: str = ""
+) -> None:
+    """Set each queued workload's :class:`QueuePosition` from Kueue's pending lists
+    (``{local queue: [PendingWorkload]}``), or say why there is none: ``pending`` None means
+    the cluster gave no lists (``why_not`` says why)."""
+    for f in found:
+        if f.kind != "workload" or f.cause != "queued" or not f.local_queue:
+            continue
+        if pending is None:
+            f.queue_note = why_not
+            continue
+        listed = {
+            (item.get("metadata") or {}).get("name"): item
+            for item in pending.get(f.local_queue) or []
+        }
+        if f.name in listed:
+            f.queue_position = QueuePosition.from_visibility(listed[f.name])
+        else:
+            f.queue_note = (
+                f"Kueue does not list it among LocalQueue {f.local_queue}'s pending workloads."
+            )

@@ -30,9 +30,13 @@ from . import kueue, preview
 from .figures import usable
 from .models import Grant, Team, TeamNamespace
 from .wait_estimate import HISTORY, MIN_RUNS, Estimate, estimate
-from .waiting import Finding, findings
+from .waiting import Finding, findings, place_in_queues
 
 READ_TIMEOUT_S = 5.0
+NOT_SERVED = (
+    "No queue position: this cluster does not serve Kueue's visibility API "
+    "(visibility.kueue.x-k8s.io, Kueue's VisibilityOnDemand feature)."
+)
 
 
 @dataclass(frozen=True)
@@ -85,11 +89,30 @@ def _read(namespaces: list[TeamNamespace], now: datetime):
                 found[ns.pk] = findings(
                     gw.list_pending_pods(ns.name), gw.list_events(ns.name), workloads, now
                 )
+                _place(gw, ns.name, found[ns.pk])
         except KubeError as err:
             unreadable.append((cluster, str(err)))
             for ns in nss:
                 found.pop(ns.pk, None)
     return found, unreadable
+
+
+def _place(gw: KubeGateway, namespace: str, found: list[Finding]) -> None:
+    """Kueue's queue positions of the namespace's queued workloads (quotas/waiting.py)."""
+    queues = sorted({f.local_queue for f in found if f.cause == "queued" and f.local_queue})
+    if not queues:
+        return
+    pending, why_not = {}, ""
+    try:
+        for lq in queues:
+            listed = gw.list_pending_workloads(namespace, lq)
+            if listed is None:
+                pending, why_not = None, NOT_SERVED
+                break
+            pending[lq] = listed
+    except KubeError as err:
+        pending, why_not = None, f"No queue position: Kueue's visibility API answered {err}"
+    place_in_queues(found, pending, why_not)
 
 
 def team_waiting(team: Team, now: datetime | None = None) -> Report:
@@ -301,10 +324,20 @@ class _Context:
         if figure is not None and figure.usable is not None:
             text += f"; usable by the team now: {figure.usable} ({figure.binding})"
             missing = max(f.amount - figure.usable, 1) if not f.needed else missing
-        item.explanation = text + ". Kueue gives no queue position here."
+        item.explanation = f"{text}. {self.position(f)}"
         item.suggestions.append(self.request(item, missing))
         item.suggestions += self.roomier_classes(item, f.amount)
         item.suggestions.append(self.estimate(item, missing, 0))
+
+    @staticmethod
+    def position(f: Finding) -> str:
+        p = f.queue_position
+        if p is None:
+            return f.queue_note or "Kueue gives no queue position for it."
+        return (
+            f"Kueue's queue position: {p.in_local_queue} in LocalQueue {p.local_queue}, "
+            f"{p.in_cluster_queue} in its ClusterQueue (1 is the next it considers)."
+        )
 
     def _unschedulable(self, item: Item) -> None:
         f = item.finding

@@ -49,11 +49,13 @@ class KubeError(Exception):
         status: int | None = None,
         reason: str = "",
         permanent: bool = False,
+        kind: str = "",
     ) -> None:
         super().__init__(message)
         self.status = status
         self.reason = reason
         self.permanent = permanent
+        self.kind = kind  # the Status' details.kind: what was not found, say
 
     @property
     def expired(self) -> bool:
@@ -62,19 +64,20 @@ class KubeError(Exception):
 
     @classmethod
     def from_api_exception(cls, err: ApiException) -> KubeError:
-        reason, message = err.reason or "", ""
+        reason, message, kind = err.reason or "", "", ""
         body = err.body.decode() if isinstance(err.body, bytes) else err.body
         if body:
             try:
                 payload = json.loads(body)
                 message = payload.get("message", "")
                 reason = payload.get("reason", reason)
+                kind = str((payload.get("details") or {}).get("kind") or "")
             except (ValueError, AttributeError):
                 message = str(body)[:500]
         status = err.status or None
         text = f"HTTP {status} {reason}: {message}".strip().rstrip(":")
         permanent = status is not None and status not in TRANSIENT_STATUS and status != 410
-        return cls(text, status=status, reason=reason, permanent=permanent)
+        return cls(text, status=status, reason=reason, permanent=permanent, kind=kind)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,10 @@ status, and the Workloads of team namespaces (what runs and what waits).
 
 Everything is written by server-side apply under the portal's field manager, as the
 ResourceQuota is (kubernetes-sigs/kueue ``apis/kueue/v1beta2/*_types.go`` for the shapes).
+
+Queue positions come from Kueue's on-demand visibility API (``visibility.kueue.x-k8s.io``,
+an aggregated API served by Kueue's manager where its ``VisibilityOnDemand`` gate is on:
+kueue ``pkg/visibility/storage/pending_workloads_lq.go``, ``apis/visibility/v1beta2``).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from .base import APPLY_PATCH, FIELD_MANAGER, KubeError
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSION = "v1beta2"
 KUEUE_API = f"{KUEUE_GROUP}/{KUEUE_VERSION}"
+VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
+VISIBILITY_VERSION = "v1beta2"
 
 
 class KueueCalls:
@@ -80,6 +86,32 @@ class KueueCalls:
                 )  # fmt: skip
         except KubeError as err:
             if err.status == 404:
+                return None
+            raise
+        return body.get("items") or []
+
+    def list_pending_workloads(
+        self, namespace: str, local_queue: str
+    ) -> list[dict[str, Any]] | None:
+        """The pending workloads of a LocalQueue in Kueue's order, each with
+        ``positionInLocalQueue`` and ``positionInClusterQueue`` (from 0); ``[]`` when Kueue
+        does not know the queue, None when the cluster does not serve the visibility API
+        (404 for the group, 503 when its APIService is unavailable). Other errors raise."""
+        path = (
+            f"/apis/{VISIBILITY_GROUP}/{VISIBILITY_VERSION}/namespaces/{{namespace}}"
+            "/localqueues/{name}/pendingworkloads"
+        )
+        try:
+            body = self._json(
+                self.api_client.call_api, path, "GET",
+                path_params={"namespace": namespace, "name": local_queue},
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"], _return_http_data_only=True,
+            )  # fmt: skip
+        except KubeError as err:
+            if err.status == 404 and err.kind == "localqueue":
+                return []
+            if err.status in (404, 503):
                 return None
             raise
         return body.get("items") or []

@@ -258,6 +258,15 @@ PERMISSIONS: tuple[Permission, ...] = (
     ),
     Permission(
         "get",
+        "localqueues",
+        group="visibility.kueue.x-k8s.io",
+        subresource="pendingworkloads",
+        scope=Scope.TEAM,
+        feature="Why a job waits: its position in Kueue's queue (Kueue's visibility API)",
+        methods=("list_pending_workloads",),
+    ),
+    Permission(
+        "get",
         "configmaps",
         scope=Scope.OPERATOR,
         resource_name="$MIG_CONFIGMAP_NAME",

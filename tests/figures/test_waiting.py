@@ -264,6 +264,66 @@ def test_a_workload_kueue_queues_in_kueues_words(seeded, client):
     assert not any(i["name"] == "sam-finetune" for i in body["items"])
 
 
+def test_a_queued_workloads_position_is_kueues_own(seeded, client):
+    """Kueue's visibility API orders a LocalQueue's pending workloads (priority, then age);
+    the page and the API show that order, read as Kueue's users read it. A pod created
+    after sam-finetune but of higher priority goes ahead of it."""
+    from django.contrib.auth import get_user_model
+
+    from devstack import kueuevisibility
+    from quotas.waiting_service import NOT_SERVED
+
+    sim = seeded("simcluster/fleets/demo-kueue.yaml", kueue=True)
+    client.force_login(get_user_model().objects.get(username="alice"))
+
+    def queued() -> dict[str, dict]:
+        body = client.get("/api/v1/teams/vision/waiting/").json()
+        return {i["owner"]: i for i in body["items"] if i["cause"] == "queued"}
+
+    sam = wait_for(lambda: queued().get("Pod/sam-finetune"), what="sam-finetune queued")
+    if kueuevisibility.host_address() is None:  # loopback only: Kueue runs without the API
+        assert (sam["queue_position"], sam["queue_note"]) == (None, NOT_SERVED)
+        assert NOT_SERVED in sam["explanation"]
+        return
+    lq = "default"  # the namespace's default LocalQueue catches the demo's pods
+    sim.api.create("priorityclasses", {"metadata": {"name": "urgent"}, "value": 1000})
+    urgent = pod("urgent-eval", {GPU: "8"}, {PRODUCT: H100})
+    urgent["spec"]["priorityClassName"] = "urgent"
+    sim.api.create("pods", urgent, "ml-vision")
+    path = (
+        f"/apis/{kueuevisibility.GROUP}/{kueuevisibility.VERSION}/namespaces/ml-vision/"
+        f"localqueues/{lq}/pendingworkloads"
+    )
+
+    def kueue_lists() -> dict[str, dict] | None:
+        items = sim.api.request("GET", path)["items"]
+        return {p["metadata"]["name"]: p for p in items} if len(items) == 2 else None
+
+    listed = wait_for(kueue_lists, what="two pending workloads in Kueue's list")
+    first = min(listed.values(), key=lambda p: p["positionInLocalQueue"])
+    assert first["priority"] == 1000  # Kueue's order: the urgent pod's workload leads
+    items = wait_for(
+        lambda: (q := queued()) and "Pod/urgent-eval" in q and q, what="urgent-eval queued"
+    )
+    for owner in ("Pod/sam-finetune", "Pod/urgent-eval"):
+        item = items[owner]
+        kueue = listed[item["name"]]
+        assert item["queue_position"] == {
+            "local_queue": lq,
+            "in_local_queue": kueue["positionInLocalQueue"] + 1,
+            "in_cluster_queue": kueue["positionInClusterQueue"] + 1,
+        }
+        assert item["queue_note"] == ""
+    assert items["Pod/urgent-eval"]["queue_position"]["in_local_queue"] == 1
+    assert items["Pod/sam-finetune"]["queue_position"]["in_local_queue"] == 2
+    assert (
+        "Kueue's queue position: 2 in LocalQueue default"
+        in items["Pod/sam-finetune"]["explanation"]
+    )
+    page = client.get(reverse("quotas:team-waiting", args=["vision"])).content.decode()
+    assert 'data-queue-position="2"' in page and 'data-queue-position="1"' in page
+
+
 def test_an_estimated_wait_from_grants_and_how_long_pods_ran(lab, client):
     """The wait suggestion stands on what the portal knows: a grant of the team that starts
     later, and how long the class's pods ran (inventory/podruns.py); without enough of

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from quotas.waiting import findings, parse_exceeded, scheduler_reasons
+from quotas.waiting import (
+    QueuePosition,
+    findings,
+    parse_exceeded,
+    place_in_queues,
+    scheduler_reasons,
+)
 
 NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 GPU = "nvidia.com/gpu"
@@ -108,6 +114,38 @@ def test_a_queued_workload_with_kueues_message_hides_its_gated_pod():
         "workload", "queued", "pod-sam-3f2a", "sam", 8,
     )  # fmt: skip
     assert (f.flavor, f.needed, f.message) == ("gpu-portal-h100", 4, message)
+
+
+def test_queue_positions_are_kueues_from_one_and_missing_ones_say_why():
+    def queued(name: str, lq: str = "default") -> dict:
+        return {
+            "metadata": {"name": name, "namespace": "lab"},
+            "spec": {"queueName": lq, "podSets": [{"name": "main", "count": 2, "template": {
+                "spec": {"containers": [{"name": "m", "resources": {"requests": {GPU: "4"}}}]}}}]},
+        }  # fmt: skip
+
+    found = findings([], [], [queued("a"), queued("b"), queued("c", "other")], NOW)
+    assert [(f.name, f.local_queue, f.amount) for f in found] == [
+        ("a", "default", 8), ("b", "default", 8), ("c", "other", 8),
+    ]  # fmt: skip
+    # PendingWorkload items as Kueue's visibility API lists them (positions from 0)
+    pending = {
+        "default": [
+            {"metadata": {"name": "b"}, "localQueueName": "default", "priority": 5,
+             "positionInLocalQueue": 0, "positionInClusterQueue": 3},
+            {"metadata": {"name": "a"}, "localQueueName": "default", "priority": 0,
+             "positionInLocalQueue": 1, "positionInClusterQueue": 4},
+        ],
+        "other": [],
+    }  # fmt: skip
+    place_in_queues(found, pending)
+    a, b, c = found
+    assert a.queue_position == QueuePosition("default", 2, 5)
+    assert b.queue_position == QueuePosition("default", 1, 4)
+    assert c.queue_position is None and "does not list it" in c.queue_note
+    again = findings([], [], [queued("a")], NOW)
+    place_in_queues(again, None, "not served")
+    assert (again[0].queue_position, again[0].queue_note) == (None, "not served")
 
 
 def test_scheduler_reasons_name_the_resource_asked_for():
