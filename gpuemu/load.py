@@ -39,7 +39,9 @@ created in dependency order, each kind with a small thread pool:
    Pre-bound pods keep ``spec.nodeName``. Unscheduled Pending pods name the scheduler
    ``gpuemu-hold`` (``hold_pending=True``, default) so kube-scheduler, which only takes pods
    of its own profiles (``pkg/scheduler/eventhandlers.go`` ``responsibleForPod``), leaves them
-   Pending as the fleet describes; with ``hold_pending=False`` it schedules any that fit;
+   Pending as the fleet describes; with ``hold_pending=False`` it schedules any that fit,
+   and a pod marked ``schedule: true`` in the fleet is always left to it (its status is
+   then the scheduler's, never the fleet's ``message``);
 7. ResourceQuotas, after the pods: the quota admission plugin would refuse pods while a
    fresh quota has no status yet, and fleet pods above a quota are what a lowered quota
    looks like (the quota controller then reports ``used`` above ``hard``);
@@ -298,7 +300,16 @@ def _load(ld: _Loader, fl: Fleet, *, hold_pending: bool, operator: bool) -> None
                 "pods", meta["name"], _status_patch(pod), meta["namespace"], subresource="status"
             )
 
-    ld.each("pods", fl.pods, make_pod)
+    def key(pod: dict[str, Any]) -> tuple[str, str]:
+        return pod["metadata"]["namespace"], pod["metadata"]["name"]
+
+    ld.each("pods", [p for p in fl.pods if key(p) not in fl.scheduled], make_pod)
+    # after every pre-bound pod, so the scheduler sees what they hold
+    ld.each(
+        "pods for the scheduler",
+        [_clean_meta(p) for p in fl.pods if key(p) in fl.scheduled],
+        lambda body: ld.create("pods", body),
+    )
     ld.each(
         "nodes handed to kwok",
         sorted(later),

@@ -24,6 +24,10 @@ Schema (all keys optional except names)::
       - {name: train, namespace: ml-vision, node: a100-00, phase: Running,
          requests: {nvidia.com/gpu: 4, cpu: 8}, priorityClassName: high,
          age: 3h}                # created (and started) 3 hours before the fleet loads
+      - {name: wait, namespace: ml-vision, phase: Pending, requests: {nvidia.com/gpu: 8},
+         nodeSelector: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3},
+         schedule: true,         # the real control plane's scheduler places it (or says why
+         message: "0/2 ..."}     # not); the simulator, which has none, shows `message`
     configmaps: [{name: x, namespace: y, data: {k: v}}]
     gpuOperator:                 # the GPU Operator's ClusterPolicy (simcluster/gpuoperator.py);
       namespace: gpu-operator    # absent: installed with these defaults; false: not installed
@@ -99,6 +103,9 @@ class Fleet:
     gpu_operator: dict[str, Any] | None = field(default_factory=dict)
     # the fleet's ``kueue`` key (false: no Kueue webhooks/controllers); simcluster/kueue.py
     kueue: Any = True
+    # (namespace, name) of Pending pods with ``schedule: true``: on a real control plane the
+    # scheduler decides (gpuemu/load.py); other unscheduled Pending pods are held as written
+    scheduled: set[tuple[str, str]] = field(default_factory=set)
 
 
 def now_iso() -> str:
@@ -223,6 +230,10 @@ def _expand(spec: dict[str, Any]) -> Fleet:
         else:
             for i in range(count):
                 fleet.pods.append(pod_object({**p, "name": p["name"].format(i=i)}, born, kubelets))
+        if p.get("schedule"):
+            fleet.scheduled |= {
+                (q["metadata"]["namespace"], q["metadata"]["name"]) for q in fleet.pods[-count:]
+            }
     for obj in fleet.pods + fleet.resourcequotas + fleet.configmaps:
         ns = obj["metadata"]["namespace"]
         if ns not in seen_ns:
@@ -469,6 +480,8 @@ def pod_object(
         spec["nodeName"] = node
     if p.get("priorityClassName"):
         spec["priorityClassName"] = p["priorityClassName"]
+    if p.get("nodeSelector"):
+        spec["nodeSelector"] = {str(k): str(v) for k, v in p["nodeSelector"].items()}
     if p.get("overhead"):
         spec["overhead"] = {k: canonicalize(v) for k, v in p["overhead"].items()}
     spec.update(

@@ -89,10 +89,15 @@ def test_fleet_loaded(api: KubeAPI, emulator: gpuemu.Emulator) -> None:
              "requests": {"nvidia.com/gpu": 1}},
             {"name": "waiting", "namespace": ns, "phase": "Pending",
              "requests": {"nvidia.com/gpu": 64}},
+            # left to kube-scheduler: 6 do not fit in the 5 the A100 node has left
+            {"name": "too-big", "namespace": ns, "phase": "Pending", "schedule": True,
+             "nodeSelector": {"kubernetes.io/hostname": a100},
+             "requests": {"nvidia.com/gpu": 6}, "message": "the simulator's words"},
         ],
     )  # fmt: skip
     report = gpuemu.load(api, fleet)
     assert report.counts["nodes"] == 3 and report.counts["pods"] == 3
+    assert report.counts["pods for the scheduler"] == 1
 
     # kwok marks the node Ready (its own message, not the fleet's); GPU capacity and the GFD
     # labels went in with the create; the unhealthy GPU is not allocatable.
@@ -130,11 +135,22 @@ def test_fleet_loaded(api: KubeAPI, emulator: gpuemu.Emulator) -> None:
     waiting = api.get("pods", "waiting", ns)
     assert waiting["spec"]["schedulerName"] == HOLD_SCHEDULER
     assert condition(waiting, "PodScheduled")["reason"] == "Unschedulable"
-    # the real quota controller counts the Running and the Pending pod, not the Succeeded one
+    # the pod marked ``schedule`` is the scheduler's: its words, not the fleet's
+    too_big = wait_for(
+        lambda: (
+            (p := api.get("pods", "too-big", ns))
+            and any(c["type"] == "PodScheduled" for c in p["status"].get("conditions", []))
+            and p
+        ),
+        what="kube-scheduler's verdict on too-big",
+    )
+    assert too_big["spec"]["schedulerName"] == "default-scheduler"
+    assert "1 Insufficient nvidia.com/gpu" in condition(too_big, "PodScheduled")["message"]
+    # the real quota controller counts the Running and Pending pods, not the Succeeded one
     wait_for(
         lambda: (
             api.get("resourcequotas", "gpu-quota", ns)["status"]["used"]["requests.nvidia.com/gpu"]
-            == "66"
+            == "72"
         ),
         what="quota used",
     )
