@@ -357,7 +357,9 @@ class _Context:
         parts = []
         if "capacity" in f.reasons or not f.reasons:
             parts.append(f"{IDLE_NOW} on {where}: {idle} {f.resource}; it asks for {f.amount}.")
-        if "selector" in f.reasons:
+        if "selector" in f.reasons and cls is not None and "capacity" in f.reasons:
+            parts.append(f"Its node selector keeps it on {cls.name}; other nodes do not match.")
+        elif "selector" in f.reasons:
             parts.append("Its node selector or affinity leaves out the nodes that have room.")
         if "taint" in f.reasons:
             parts.append("Nodes with room carry a taint it does not tolerate.")
