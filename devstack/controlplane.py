@@ -75,6 +75,9 @@ CONTROLLERS = (
     # Lifts the not-ready:NoSchedule taint the TaintNodesByCondition admission plugin puts on
     # every new node, once kwok reports it Ready (pkg/controller/nodelifecycle).
     "node-lifecycle-controller",
+    # Creates a pod's ResourceClaims from its ResourceClaimTemplates and deletes them with
+    # the pod (pkg/controller/resourceclaim): Dynamic Resource Allocation (gpuemu/dra.py).
+    "resourceclaim-controller",
 )
 
 

@@ -59,7 +59,7 @@ class DevicePlugin:
 
     # ---------------------------------------------------------------- events
     def on_node(self, ev: Event) -> None:
-        if ev.new is None or ev.initial:
+        if ev.new is None or ev.initial or self.emu.options.dra:
             return
         if ev.old is not None and unhealthy_of(ev.old) == unhealthy_of(ev.new):
             return
@@ -124,13 +124,16 @@ class DevicePlugin:
         }
         cap_patch.update({k: str(v) for k, v in caps.items()})
         alloc_patch.update({k: str(v) for k, v in alloc.items()})
-        log.info("%s: device plugin restarted with %s: %s", name, config, caps)
-        self.api.patch(
-            "nodes",
-            name,
-            {"status": {"capacity": cap_patch, "allocatable": alloc_patch}},
-            subresource="status",
-        )
+        if self.emu.options.dra:  # no device plugin: the DRA driver republishes the devices
+            self.emu.queue.add(("dra", name), lambda: self.emu.dra.publish(name), 0.0)
+        else:
+            log.info("%s: device plugin restarted with %s: %s", name, config, caps)
+            self.api.patch(
+                "nodes",
+                name,
+                {"status": {"capacity": cap_patch, "allocatable": alloc_patch}},
+                subresource="status",
+            )
         label_patch: dict[str, str | None] = {k: None for k in labels if is_mig_label(k)}
         for k, v in new_labels.items():
             if k.startswith("nvidia.com/gpu.deploy.") or k in (CONFIG_LABEL, STATE_LABEL):

@@ -26,6 +26,7 @@ from typing import Any
 
 from devstack.kubeapi import KubeAPI
 from gpuemu.deviceplugin import DevicePlugin
+from gpuemu.dra import DraDriver
 from gpuemu.migmanager import MigManager
 from gpuemu.operator import Operator
 from gpuemu.options import Options
@@ -51,6 +52,7 @@ class Emulator:
         self.operator = Operator(self)
         self.mig = MigManager(self)
         self.device_plugin = DevicePlugin(self)
+        self.dra = DraDriver(self) if self.options.dra else None
         timeout = self.options.watch_timeout_s
         # The ClusterPolicy CRD may come later: the informer lists nothing until it does.
         self.policies = Informer(api, "clusterpolicies", self._on_policy, watch_timeout_s=timeout)
@@ -141,6 +143,8 @@ class Emulator:
         self.operator.on_node(ev)
         self.mig.on_node(ev)
         self.device_plugin.on_node(ev)
+        if self.dra is not None:
+            self.dra.on_node(ev)
 
     def _on_configmap(self, ev: Event) -> None:
         self.operator.on_configmap(ev)

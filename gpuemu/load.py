@@ -256,6 +256,14 @@ def _load(ld: _Loader, fl: Fleet, *, hold_pending: bool, operator: bool) -> None
     _default_service_accounts(ld, need_sa)
 
     # 2. priority classes; 3. the CRD
+    if fl.dra:  # the driver's DeviceClasses, as its Helm chart installs them
+        from gpuemu.dra import DEVICE_CLASSES
+
+        ld.each(
+            "deviceclasses",
+            copy.deepcopy(DEVICE_CLASSES),
+            lambda dc: ld.create("deviceclasses", dc),
+        )
     ld.each(
         "priorityclasses",
         [_clean_meta(pc) for pc in fl.priorityclasses],

@@ -45,18 +45,26 @@ class Options:
     poll_s: float = 1.0
     # Server-side timeout of each watch request; the informers re-watch after it.
     watch_timeout_s: int = 60
+    # The fleet's ``dra`` key: NVIDIA's DRA driver publishes ResourceSlices (gpuemu/dra.py)
+    # and the device plugin advertises nothing.
+    dra: bool = False
 
     @classmethod
     def from_fleet(
         cls, fleet: Fleet | dict[str, Any] | str | Path | None = None, **overrides: Any
     ) -> Options:
         """Options from a fleet's ``gpuOperator`` key; keyword arguments win (None: ignored)."""
+        dra = False
         if fleet is None:
             spec: dict[str, Any] = {}
         else:
             expanded = fleet if isinstance(fleet, Fleet) else load_fleet(fleet)
             spec = dict(expanded.gpu_operator or {})
-        values: dict[str, Any] = {"namespace": str(spec.get("namespace") or DEFAULT_NAMESPACE)}
+            dra = expanded.dra
+        values: dict[str, Any] = {
+            "namespace": str(spec.get("namespace") or DEFAULT_NAMESPACE),
+            "dra": dra,
+        }
         for attr, (key, default) in _FLEET_KEYS.items():
             values[attr] = float(spec.get(key, default))
         known = {f.name for f in fields(cls)}

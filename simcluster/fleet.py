@@ -41,6 +41,7 @@ Schema (all keys optional except names)::
       clientPauseTimeout: 300    # seconds mig-manager waits for GPU clients to go
     priorityClasses: [{name: high, value: 1000}]
     generate: {nodes: 100, pods: 1000, ...}   # append a generated fleet (see generate())
+    dra: false                   # true: GPUs through NVIDIA's DRA driver (real control plane)
 
 A JSON document is valid input too and is parsed with ``json`` (much faster than YAML for
 generated fleets with 150,000 pods).
@@ -106,6 +107,9 @@ class Fleet:
     # (namespace, name) of Pending pods with ``schedule: true``: on a real control plane the
     # scheduler decides (gpuemu/load.py); other unscheduled Pending pods are held as written
     scheduled: set[tuple[str, str]] = field(default_factory=set)
+    # ``dra: true``: NVIDIA's DRA driver publishes the GPUs (gpuemu/dra.py), the device
+    # plugin is off, so nodes advertise no nvidia.com/gpu or nvidia.com/mig-* resources
+    dra: bool = False
 
 
 def now_iso() -> str:
@@ -177,6 +181,7 @@ def _expand(spec: dict[str, Any]) -> Fleet:
     op = spec.get("gpuOperator", {})
     fleet.gpu_operator = None if op is False else dict(op or {})
     fleet.kueue = spec.get("kueue", True)
+    fleet.dra = bool(spec.get("dra", False))
     gen = spec.get("generate")
     if gen:
         generated = generate(**gen)
@@ -199,6 +204,12 @@ def _expand(spec: dict[str, Any]) -> Fleet:
             if count > 1 and "{" not in pattern:
                 name = f"{pattern}-{i}"
             fleet.nodes.append(node_object(name, group, ts, kubelet))
+    if fleet.dra:  # the DRA driver owns the GPUs: no device plugin resources
+        for node in fleet.nodes:
+            for key in ("capacity", "allocatable"):
+                res = node["status"][key]
+                for r in [r for r in res if r.startswith(("nvidia.com/gpu", "nvidia.com/mig-"))]:
+                    del res[r]
     kubelets = _pod_networks(fleet.nodes)
     for q in spec.get("quotas") or []:
         fleet.resourcequotas.append(quota_object(q, ts))
