@@ -66,7 +66,8 @@ def phase_baseline(args, pause_gc: bool = True) -> dict:
     django_setup()
     from inventory.kube import KubeGateway
     from inventory.models import Cluster
-    from inventory.sync import NON_TERMINAL_PODS, gc_paused
+    from inventory.sync import NON_TERMINAL_PODS
+    from inventory.syncdb import gc_paused
 
     cluster = Cluster(slug="bench", auth_method="kubeconfig", kubeconfig_path=args.kubeconfig)
     start = time.perf_counter()

@@ -53,6 +53,7 @@ class Cluster(models.Model):
     class Enforcement(models.TextChoices):
         RESOURCEQUOTA = "resourcequota", "ResourceQuota (class not enforced)"
         KUEUE = "kueue", "Kueue (classes enforced per ResourceFlavor)"
+        DRA = "dra", "Dynamic Resource Allocation (classes enforced per DeviceClass)"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     slug = models.SlugField(
@@ -99,10 +100,15 @@ class Cluster(models.Model):
     # How grants become limits on this cluster (docs/quotas.md, "Enforcement backends").
     # ResourceQuota cannot tell GPU models apart: per-class grants are summed per resource
     # and the class is not enforced by Kubernetes. Kueue enforces them: one ResourceFlavor
-    # per class, one ClusterQueue per team (quotas/kueue.py).
+    # per class, one ClusterQueue per team (quotas/kueue.py). So does DRA: a DeviceClass
+    # per class and the portal's ResourceQuota counting devices per DeviceClass
+    # (quotas/dra.py).
     enforcement = models.CharField(
         max_length=20, choices=Enforcement.choices, default=Enforcement.RESOURCEQUOTA
     )
+    # On a DRA cluster: the GPU DeviceClasses the portal does not manage (the driver's
+    # generic ones, an admin's), as the last sync found them; each team quota sets them to 0.
+    dra_other_classes = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["name"]
@@ -123,7 +129,7 @@ class Cluster(models.Model):
             errors["preflight_namespaces"] = "Give namespace names (DNS labels), one per entry."
         elif len(names) > MAX_PREFLIGHT_NAMESPACES:
             errors["preflight_namespaces"] = f"At most {MAX_PREFLIGHT_NAMESPACES} namespaces."
-        if self.enforcement == self.Enforcement.KUEUE and self.pk is not None:
+        if self.enforces_classes and self.pk is not None:
             from quotas.kueue import anyclass_blockers  # quotas builds on inventory
 
             blockers = anyclass_blockers(self)
@@ -147,6 +153,21 @@ class Cluster(models.Model):
     def enforces_classes(self) -> bool:
         """False under ResourceQuota: a grant's class is the portal's bookkeeping only."""
         return self.enforcement != self.Enforcement.RESOURCEQUOTA
+
+    @property
+    def backend_name(self) -> str:
+        """What enforces grants here, in a word: ResourceQuota, Kueue or DRA."""
+        return {"kueue": "Kueue", "dra": "DRA"}.get(self.enforcement, "ResourceQuota")
+
+    @property
+    def is_kueue(self) -> bool:
+        """Kueue admits the work: ClusterQueues, LocalQueues and Workloads, no portal quota."""
+        return self.enforcement == self.Enforcement.KUEUE
+
+    @property
+    def is_dra(self) -> bool:
+        """GPUs are DRA devices; the portal's ResourceQuota counts them per DeviceClass."""
+        return self.enforcement == self.Enforcement.DRA
 
 
 class SyncRun(models.Model):
@@ -204,6 +225,9 @@ class Node(models.Model):
     labels = models.JSONField(default=dict)
     # nvidia.com/gpu.product as published (e.g. NVIDIA-A100-SXM4-80GB, NVIDIA-L40S-SHARED).
     gpu_product = models.CharField(max_length=100, blank=True, db_index=True)
+    # NVML's name (``NVIDIA A100-SXM4-80GB``) where the DRA driver publishes it: what a
+    # DeviceClass selects the class's devices by (quotas/dra.py).
+    gpu_product_name = models.CharField(max_length=100, blank=True)
     gpu_count = models.PositiveIntegerField(default=0)
     gpu_memory_mib = models.PositiveIntegerField(null=True, blank=True)
     gpu_family = models.CharField(max_length=30, blank=True)

@@ -87,6 +87,7 @@ class NodeFacts:
     k8s_created_at: datetime | None
     # {resource: (capacity, allocatable)} for GPU resources only.
     resources: dict[str, tuple[int, int]] = field(default_factory=dict)
+    gpu_product_name: str = ""  # NVML's, from the DRA driver's devices (inventory/dra.py)
 
 
 def node_fingerprint(obj: dict) -> str:

@@ -5,30 +5,31 @@ and writes only what differs from the database (``bulk_create`` / ``bulk_update`
 one transaction per page. Only a sync that read every page may conclude that something
 vanished: a failed or partial sync leaves the last good data in place and marks the
 cluster failed (stale). An expired continue token restarts that list from scratch.
+On a DRA cluster the driver's ResourceSlices and the ResourceClaims are read first and
+stand for the nodes' GPU resources and the pods' GPU requests (inventory/dra.py). The
+database plumbing (writer thread, lock) is inventory/syncdb.py.
 """
 
 from __future__ import annotations
 
-import gc
 import logging
-import queue
 import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
-from . import classes, podruns
+from . import classes, dra, podruns
 from .bulk import bulk_insert_fast, bulk_update_fast
 from .kube import KubeError, KubeGateway, ListPage
-from .models import Cluster, GpuPod, NamespaceUsage, Node, NodeResource, SyncRun
+from .models import Cluster, GpuClass, GpuPod, NamespaceUsage, Node, NodeResource, SyncRun
 from .parsing import NodeFacts, PodFacts, node_fingerprint, parse_gpu_pod, parse_node
+from .syncdb import Writer, async_commit, cluster_lock, gc_paused
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ NODE_FIELDS = [
     "uid", "labels", "gpu_product", "gpu_count", "gpu_memory_mib", "gpu_family",
     "compute_capability", "driver_version", "mig_capable", "mig_strategy", "mig_config",
     "mig_config_state", "sharing_strategy", "gpu_replicas", "instance_type", "unschedulable",
-    "taints", "ready", "paused_operands", "k8s_created_at",
+    "taints", "ready", "paused_operands", "k8s_created_at", "gpu_product_name",
 ]  # fmt: skip
 # What tells a GPU pod row is stale. Requests are left out on purpose: a pod's GPU
 # requests are immutable (in-place resize covers cpu and memory only), so a new uid
@@ -54,10 +55,6 @@ POD_COMPARED = ["uid", "node_id", "node_name", "phase", "priority_class"]
 POD_FIELDS = [*POD_COMPARED, "requests", "gpu_selector", "started_at"]
 
 Progress = Callable[[str, int, int | None], None]
-
-
-class SyncBusy(Exception):
-    """Another sync of the same cluster holds the lock."""
 
 
 @dataclass
@@ -94,7 +91,7 @@ def sync_cluster(
     Raises SyncBusy when another process is syncing the same cluster.
     """
     page_size = page_size or settings.INVENTORY_PAGE_SIZE
-    with _cluster_lock(cluster):
+    with cluster_lock(cluster):
         run = SyncRun.objects.create(cluster=cluster, trigger=trigger)
         started = time.monotonic()
         stats = SyncStats()
@@ -144,117 +141,6 @@ def sync_cluster(
         return run
 
 
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector for the duration of a bulk read.
-
-    Parsing 150,000 pods creates millions of short-lived dicts; each allocation burst
-    triggers a collection that walks every live container object, including the
-    sync's own state (tens of thousands of rows), which doubled the time to read a large
-    cluster. JSON values hold no reference cycles, so reference counting frees them.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-class _Writer:
-    """Runs write batches in order, on a thread with its own database connection.
-
-    PostgreSQL then works on one batch while the sync parses the next page (the
-    process is otherwise single-threaded and waits on every write). Inside an outer
-    transaction (a test case) another connection could not see its rows, so there the
-    batches run inline, in that transaction. The first error stops the writer and is
-    raised to the sync at the next submit, ``drain`` or ``close``.
-    """
-
-    def __init__(self, *, inline: bool = False) -> None:
-        self.threaded = not inline and not connection.in_atomic_block
-        self.error: BaseException | None = None
-        if self.threaded:
-            self.queue: queue.Queue[Callable[[], None] | None] = queue.Queue(maxsize=4)
-            self.thread = threading.Thread(target=self._loop, name="sync-writer", daemon=True)
-            self.thread.start()
-
-    def submit(self, batch: Callable[[], None]) -> None:
-        if not self.threaded:
-            with transaction.atomic():
-                batch()
-            return
-        self._raise()
-        self.queue.put(batch)
-
-    def drain(self) -> None:
-        """Wait until every submitted batch is committed."""
-        if self.threaded:
-            self.queue.join()
-            self._raise()
-
-    def close(self) -> None:
-        if self.threaded and self.thread.is_alive():
-            self.queue.put(None)
-            self.thread.join()
-
-    def _raise(self) -> None:
-        if self.error is not None:
-            raise self.error
-
-    def _loop(self) -> None:
-        try:
-            with connection.cursor() as cur:
-                cur.execute("SET synchronous_commit TO OFF")
-            while (batch := self.queue.get()) is not None:
-                try:
-                    if self.error is None:
-                        with transaction.atomic():
-                            batch()
-                except BaseException as err:
-                    self.error = err
-                finally:
-                    self.queue.task_done()
-            self.queue.task_done()
-        finally:
-            connection.close()
-
-
-@contextmanager
-def _async_commit() -> Iterator[None]:
-    """Commit without waiting for the WAL flush while the sync writes.
-
-    The inventory is a mirror the next sync rebuilds: a database crash can lose the last
-    few hundred milliseconds of it, never the portal's own records. Each of a first
-    sync's commits otherwise waits for an fsync.
-    """
-    with connection.cursor() as cur:
-        cur.execute("SET synchronous_commit TO OFF")
-    try:
-        yield
-    finally:
-        with connection.cursor() as cur:
-            cur.execute("RESET synchronous_commit")
-
-
-class _cluster_lock:
-    """A Postgres session advisory lock per cluster: two syncs never interleave."""
-
-    def __init__(self, cluster: Cluster) -> None:
-        self.key = int(cluster.pk.int % (2**63 - 1))
-
-    def __enter__(self) -> None:
-        with connection.cursor() as cur:
-            cur.execute("SELECT pg_try_advisory_lock(%s)", [self.key])
-            if not cur.fetchone()[0]:
-                raise SyncBusy("another sync of this cluster is running")
-
-    def __exit__(self, *exc: object) -> None:
-        with connection.cursor() as cur:
-            cur.execute("SELECT pg_advisory_unlock(%s)", [self.key])
-
-
 def apply_node_changes(cluster: Cluster, changed: list[dict], deleted: list[str]) -> int:
     """Write nodes seen on a watch between full syncs; returns the rows written.
 
@@ -263,7 +149,7 @@ def apply_node_changes(cluster: Cluster, changed: list[dict], deleted: list[str]
     """
     stats = SyncStats()
     syncer = _Syncer(cluster, gw=None, stats=stats, page_size=0, progress=None)  # type: ignore[arg-type]
-    syncer.writer = _Writer(inline=True)
+    syncer.writer = Writer(inline=True)
     if changed:
         syncer._node_page(ListPage(items=changed, resource_version="", continue_token=None,
                                    remaining=None))  # fmt: skip
@@ -299,14 +185,19 @@ class _Syncer:
             )
         }
         self.seen_nodes: set[str] = set()
+        # On a DRA cluster the GPUs are the driver's devices (inventory/dra.py), read first.
+        self.dra: dra.DraInventory | None = None
+        self.class_selectors: dict[str, dict] = {}
         # A pod gone now was last seen running by the last complete sync: its run ends
         # there (podruns.py), so a sync that stopped for a day does not count that day.
         self.last_seen = cluster.last_success_at or self.now
 
     def run(self) -> None:
-        with gc_paused(), _async_commit():
-            self.writer = _Writer()
+        with gc_paused(), async_commit():
+            self.writer = Writer()
             try:
+                if self.cluster.is_dra:
+                    self._read_dra()
                 self._sync_nodes()
                 pods = self._sync_pods()
                 self.writer.drain()
@@ -335,6 +226,24 @@ class _Syncer:
                 self.stats.list_restarts += 1
                 log.info("%s: %s list expired (%s); restarting", self.cluster.slug, kind, err)
 
+    def _read_dra(self) -> None:
+        slices = self.gw.list_resource_slices()
+        if slices is None:
+            raise KubeError(
+                f"Cluster {self.cluster.slug} enforces quota through DRA but does not serve "
+                "resource.k8s.io/v1 (Kubernetes v1.34 or later)",
+                permanent=True,
+            )
+        classes = self.gw.list_device_classes()
+        self.dra = dra.read(slices, self.gw.list_resource_claims(), classes)
+        others = dra.other_gpu_classes(classes)
+        if others != self.cluster.dra_other_classes:
+            Cluster.objects.filter(pk=self.cluster.pk).update(dra_other_classes=others)
+            self.cluster.dra_other_classes = others
+        self.class_selectors = dict(
+            GpuClass.objects.filter(cluster=self.cluster).values_list("slug", "selector")
+        )
+
     # -- nodes ------------------------------------------------------------------------
 
     def _sync_nodes(self) -> None:
@@ -351,9 +260,17 @@ class _Syncer:
             self.stats.nodes_seen += 1
             fingerprint = node_fingerprint(obj)
             known = self.nodes.get(name)
+            devices = None
+            if self.dra is not None:  # the devices are part of what the row holds
+                devices = self.dra.nodes.get(name)
+                fingerprint = fingerprint[:16] + (devices.digest if devices else "0" * 16)
+            elif self.cluster.is_dra and known is not None:
+                continue  # a watch event without the devices: the next full sync has them
             if known is not None and known[1] == fingerprint and not known[2]:
                 continue
             facts = parse_node(obj)
+            if self.dra is not None:
+                facts = dra.node_facts(facts, devices)
             if known is None:
                 row = {
                     "id": uuid.uuid4(),
@@ -481,6 +398,8 @@ class _Syncer:
             self.stats.pods_seen += len(page.items)
             for obj in page.items:
                 facts = parse_gpu_pod(obj)
+                if self.dra is not None:
+                    facts = dra.pod_facts(obj, self.dra, facts, self.class_selectors)
                 if facts is None:
                     continue
                 key = (facts.namespace, facts.name)

@@ -10,7 +10,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from .models import Cluster
-from .sync import SyncBusy, sync_cluster
+from .sync import sync_cluster
+from .syncdb import SyncBusy
 
 log = logging.getLogger(__name__)
 

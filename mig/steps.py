@@ -10,7 +10,8 @@ from typing import Any
 from django.utils import timezone
 
 from inventory.models import is_gpu_resource
-from inventory.sync import SyncBusy, sync_cluster
+from inventory.sync import sync_cluster
+from inventory.syncdb import SyncBusy
 from quotas import audit
 from quotas.apply import enqueue_apply
 from quotas.models import Grant

@@ -63,7 +63,12 @@ def desired_hard(namespace: TeamNamespace, now=None) -> dict[str, int]:
     a grant: the sum of the grants active now, 0 where there is none.
 
     A resource never leaves the quota once managed: a missing key would mean *no limit*.
+    On a DRA cluster the keys count devices per DeviceClass instead (quotas/dra.py).
     """
+    if namespace.cluster.is_dra:
+        from . import dra
+
+        return dra.desired_hard(namespace, now)
     now = now or timezone.now()
     sums = dict(
         Grant.objects.filter(namespace=namespace)
@@ -136,6 +141,10 @@ def run_operation(op_id, *, gateway: KubeGateway | None = None) -> str:
         with Heartbeat(op.pk, attempt.number):
             gw = gateway or KubeGateway(ns.cluster)
             try:
+                if ns.cluster.is_dra:  # the classes the quota's keys name, first
+                    from . import dra
+
+                    dra.apply_device_classes(ns.cluster, gw)
                 result = gw.apply_resource_quota(
                     ns.name, settings.QUOTA_NAME, hard, labels=MANAGED_BY
                 )

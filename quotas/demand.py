@@ -75,7 +75,7 @@ def class_matcher(cluster_ids):
 
 
 def _queued_jobs(namespaces: list[TeamNamespace], out: dict, classes) -> None:
-    kueue = [ns for ns in namespaces if ns.cluster.enforces_classes]
+    kueue = [ns for ns in namespaces if ns.cluster.is_kueue]
     if not kueue:
         return
     by_key = {(ns.team_id, ns.cluster_id, ns.name): ns.pk for ns in kueue}

@@ -147,9 +147,10 @@ class RequestForm(PortalForm):
         if chosen is not None and chosen.cluster.enforces_classes:
             self.fields["gpu_class"].required = True
             self.fields["gpu_class"].empty_label = None
-            self.fields[
-                "gpu_class"
-            ].help_text = f"{chosen.cluster.name} enforces quota per GPU model (Kueue): choose one."
+            self.fields["gpu_class"].help_text = (
+                f"{chosen.cluster.name} enforces quota per GPU model "
+                f"({chosen.cluster.backend_name}): choose one."
+            )
         self.fields["gpu_class"].label_from_instance = lambda c: (
             f"{c.cluster.slug}: {c.name} ({c.capacity_text()})"
         )

@@ -51,8 +51,8 @@ def queue_name(team: Team) -> str:
 
 
 def anyclass_blockers(cluster: Cluster) -> str:
-    """Why the cluster cannot switch to Kueue now ("" when it can): Kueue quota is per
-    flavor, so a grant for "any class" has nothing to be enforced as."""
+    """Why the cluster cannot switch to Kueue or DRA now ("" when it can): their quota is
+    per flavor or DeviceClass, so a grant for "any class" has nothing to be enforced as."""
     count = (
         Grant.objects.filter(namespace__cluster=cluster, gpu_class__isnull=True)
         .filter(
@@ -63,8 +63,9 @@ def anyclass_blockers(cluster: Cluster) -> str:
     if not count:
         return ""
     return (
-        f"Kueue enforces quota per GPU class, and {count} active or upcoming grant(s) on this "
-        "cluster name no class. Release them or replace them with per-class grants first."
+        f"{cluster.backend_name} enforces quota per GPU class, and {count} active or upcoming "
+        "grant(s) on this cluster name no class. Release them or replace them with "
+        "per-class grants first."
     )
 
 

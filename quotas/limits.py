@@ -25,6 +25,7 @@ from inventory.models import GpuPod
 from .models import ForeignQuota, TeamNamespace
 
 PREFIX = "requests."
+DEVICES = ".deviceclass.resource.k8s.io/devices"  # a DRA DeviceClass's devices (quotas/dra.py)
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,8 @@ def usage(ns: TeamNamespace, pods: list[GpuPod], foreign: Iterable[ForeignQuota]
     readings += [fq.used for fq in foreign if fq.present and not fq.scoped]
     for reading in readings:
         for key, value in reading.items():
-            if key.startswith(PREFIX) and _int(value) is not None:
+            counted = key.startswith(PREFIX) or key.endswith(DEVICES)
+            if counted and _int(value) is not None:
                 used[key] = max(used[key], _int(value))
     return dict(used)
 

@@ -58,7 +58,7 @@ class TeamQueue(models.Model):
     def clean(self) -> None:
         from django.core.exceptions import ValidationError
 
-        if self.cluster_id and not self.cluster.enforces_classes:
+        if self.cluster_id and not self.cluster.is_kueue:
             raise ValidationError({"cluster": f"Cluster {self.cluster.slug} does not use Kueue."})
         if not self.cohort and (self.borrowing_limit is not None or self.lending_limit is not None):
             # Kueue's webhook: "must be nil when cohort is empty" (clusterqueue_webhook.go).

@@ -110,7 +110,7 @@ def kueue_queues(namespaces: list[TeamNamespace], now=None) -> dict:
     from .kueue import class_rows
     from .models import TeamQueue
 
-    keys = {(ns.team_id, ns.cluster_id) for ns in namespaces if ns.cluster.enforces_classes}
+    keys = {(ns.team_id, ns.cluster_id) for ns in namespaces if ns.cluster.is_kueue}
     if not keys:
         return {}
     out: dict = {}
@@ -171,7 +171,7 @@ def states(namespaces: list[TeamNamespace], now=None) -> dict:
             awaiting=held.get(ns.pk, {}),
             queue=queues.get((ns.team_id, ns.cluster_id)),
         )
-        if ns.cluster.enforces_classes:
+        if ns.cluster.is_kueue:
             rows = (out[ns.pk].queue or (None, []))[1]
             out[ns.pk].kueue = {(r.gpu_class.pk, r.resource): (r.nominal, r.used) for r in rows}
     return out

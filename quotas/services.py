@@ -132,7 +132,8 @@ def validate(user, data: RequestData, now: datetime | None = None) -> RequestDat
         cls = data.gpu_class
         if cls is None and cluster.enforces_classes:
             errors["gpu_class"] = (
-                f"Cluster {cluster.slug} enforces GPU classes through Kueue: choose a class."
+                f"Cluster {cluster.slug} enforces GPU classes through {cluster.backend_name}: "
+                "choose a class."
             )
         elif cls is not None and cls.cluster_id != cluster.pk:
             errors["gpu_class"] = f"GPU class {cls.slug} is not on cluster {cluster.slug}."
@@ -465,8 +466,8 @@ def set_baseline(namespace: TeamNamespace, resource: str, amount: int, by) -> Gr
     cluster = namespace.cluster
     if cluster.enforces_classes and amount > 0:
         raise ValidationError({"amount": (
-            f"Cluster {cluster.slug} enforces GPU classes through Kueue and a baseline names "
-            "no class: grant a class through a request instead."
+            f"Cluster {cluster.slug} enforces GPU classes through {cluster.backend_name} and "
+            "a baseline names no class: grant a class through a request instead."
         )})  # fmt: skip
     lock, _ = CapacityLock.objects.get_or_create(cluster=cluster, resource=resource)
     CapacityLock.objects.select_for_update().get(pk=lock.pk)

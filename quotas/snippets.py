@@ -28,7 +28,7 @@ class Snippet:
 def grant_snippets(namespace, grants) -> list[Snippet]:
     """One snippet per (resource, class) of ``grants`` in ``namespace``, in their order."""
     seen, out = set(), []
-    kueue = namespace.cluster.enforces_classes
+    kueue = namespace.cluster.is_kueue
     for g in grants:
         cls = g.gpu_class if g.gpu_class_id else None
         key = (g.resource, g.gpu_class_id)

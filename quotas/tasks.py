@@ -122,7 +122,7 @@ def reconcile_quotas() -> dict[str, int]:
     busy = set(Operation.objects.filter(status__in=BUSY).values_list("namespace_id", flat=True))
     by_cluster: dict = defaultdict(list)
     for ns in TeamNamespace.objects.select_related("cluster", "team"):
-        if ns.pk not in busy or (ns.pk in managed and not ns.cluster.enforces_classes):
+        if ns.pk not in busy or (ns.pk in managed and not ns.cluster.is_kueue):
             by_cluster[ns.cluster].append(ns)
     kueue_teams: dict = defaultdict(list)
     for ns in TeamNamespace.objects.select_related("cluster", "team").filter(
@@ -149,11 +149,11 @@ def reconcile_quotas() -> dict[str, int]:
                 counts["checked"] += 1
                 own = [q for q in quotas if q["metadata"]["name"] == settings.QUOTA_NAME]
                 if ns.pk in busy:
-                    if not own and not cluster.enforces_classes:
+                    if not own and not cluster.is_kueue:
                         _recreate(ns, counts)
                     continue
                 record_foreign(ns, quotas)  # records the portal quota's status too
-                if ns.pk in managed and not cluster.enforces_classes:
+                if ns.pk in managed and not cluster.is_kueue:
                     _reconcile_one(ns, own[0] if own else None, counts)
     return counts
 

@@ -84,7 +84,7 @@ def _read(namespaces: list[TeamNamespace], now: datetime):
             gw = KubeGateway(cluster, retries=0, timeout=READ_TIMEOUT_S)
             for ns in nss:
                 workloads = None
-                if cluster.enforces_classes:
+                if cluster.is_kueue:
                     workloads = gw.list_kueue_objects("workloads", namespace=ns.name) or []
                 found[ns.pk] = findings(
                     gw.list_pending_pods(ns.name), gw.list_events(ns.name), workloads, now

@@ -10,7 +10,8 @@ The class is assembled from one module per concern, so each stays small:
 ``base`` (clients, errors, retries, inventory reads, quota writes), ``workloads``
 (the MIG coordinator's pods, evictions and ConfigMaps), ``namespaces`` (every quota and
 LimitRange in a namespace) and ``cluster`` (access reviews, the GPU Operator's
-ClusterPolicy), ``kueue`` (Kueue's flavors, queues and workloads). Every call here must be allowed
+ClusterPolicy), ``kueue`` (Kueue's flavors, queues and workloads), ``dra`` (Dynamic Resource
+Allocation: ResourceSlices, ResourceClaims, DeviceClasses). Every call here must be allowed
 by ``deploy/kubernetes/rbac.yaml``; the tests run the portal with exactly that RBAC.
 """
 
@@ -26,6 +27,7 @@ from .base import (
     shared_api_client,
 )
 from .cluster import CLUSTER_POLICY, ClusterCalls
+from .dra import DraCalls
 from .kueue import KUEUE_API, KueueCalls
 from .namespaces import NamespaceCalls
 from .quota_admin import QuotaAdminCalls
@@ -33,7 +35,13 @@ from .workloads import WorkloadCalls
 
 
 class KubeGateway(
-    WorkloadCalls, NamespaceCalls, QuotaAdminCalls, ClusterCalls, KueueCalls, GatewayCore
+    WorkloadCalls,
+    NamespaceCalls,
+    QuotaAdminCalls,
+    ClusterCalls,
+    KueueCalls,
+    DraCalls,
+    GatewayCore,
 ):
     """Typed-enough access to one cluster. Construct per task; cheap."""
 

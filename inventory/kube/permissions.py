@@ -83,6 +83,8 @@ _QUOTAS = "Team quotas"
 _PREFLIGHT = "Connection preflight"
 _KUEUE = "Kueue enforcement"
 _KG = "kueue.x-k8s.io"
+_DRA = "Dynamic Resource Allocation"
+_RG = "resource.k8s.io"
 
 PERMISSIONS: tuple[Permission, ...] = (
     Permission("get", "nodes", feature=_INVENTORY, methods=("get_node",)),
@@ -264,6 +266,41 @@ PERMISSIONS: tuple[Permission, ...] = (
         scope=Scope.TEAM,
         feature="Why a job waits: its position in Kueue's queue (Kueue's visibility API)",
         methods=("list_pending_workloads",),
+    ),
+    Permission(
+        "list",
+        "resourceslices",
+        group=_RG,
+        feature=f"{_DRA}: the GPUs the DRA driver publishes (inventory)",
+        methods=("list_resource_slices",),
+    ),
+    Permission(
+        "list",
+        "resourceclaims",
+        group=_RG,
+        feature=f"{_DRA}: the devices pods ask for and hold (inventory, usage)",
+        methods=("list_resource_claims",),
+    ),
+    Permission(
+        "list",
+        "deviceclasses",
+        group=_RG,
+        feature=f"{_DRA}: the portal's DeviceClasses (drift) and every GPU class to set to 0",
+        methods=("list_device_classes",),
+    ),
+    Permission(
+        "patch",
+        "deviceclasses",
+        group=_RG,
+        feature=f"{_DRA}: server-side apply of a DeviceClass per GPU class",
+        methods=("apply_device_class",),
+    ),
+    Permission(
+        "create",
+        "deviceclasses",
+        group=_RG,
+        feature=f"{_DRA}: a server-side apply that creates a DeviceClass needs it too",
+        methods=("apply_device_class",),
     ),
     Permission(
         "get",

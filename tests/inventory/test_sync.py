@@ -104,6 +104,17 @@ def fleet(sim_api):
             if p.spec.node_name
         )
     )
+    # ... and the node lifecycle controller lifts the not-ready taint kwok's Ready earns
+    # (a sync between the two would see the nodes change under it)
+    wait_for(
+        lambda: (
+            not any(
+                t.key == "node.kubernetes.io/not-ready"
+                for n in core.list_node().items
+                for t in n.spec.taints or []
+            )
+        )
+    )
     return core
 
 

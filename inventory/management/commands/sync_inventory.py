@@ -7,7 +7,8 @@ import sys
 from django.core.management.base import BaseCommand, CommandError
 
 from inventory.models import Cluster
-from inventory.sync import SyncBusy, sync_cluster
+from inventory.sync import sync_cluster
+from inventory.syncdb import SyncBusy
 
 
 class Command(BaseCommand):

@@ -1,0 +1,133 @@
+"""The DRA backend (quotas/dra.py) on the real control plane, with the fake DRA driver of the
+fleet (gpuemu/dra.py) and the portal's own RBAC: the inventory reads the driver's devices
+and the claims that hold them; an approved grant becomes a DeviceClass per class and a
+ResourceQuota counting devices per DeviceClass; the API server then allocates, admits and
+refuses claims in its own words (kubernetes ``pkg/quota/v1/evaluator/core/resource_claims.go``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from devstack.kubeapi import KubeError, wait_for
+from inventory.models import Cluster, GpuClass, GpuPod, Node, NodeResource
+from inventory.sync import sync_cluster
+from quotas import dra, services
+from quotas.apply import run_operation
+from quotas.models import Operation
+from quotas.services import RequestData
+from tests import kubesim
+from tests.dra.test_driver import FLEET, claim, pod_with_claim
+from tests.quotas.builders import make_namespace, make_team, make_user
+
+pytestmark = pytest.mark.django_db
+GPU = "nvidia.com/gpu"
+MIG = "nvidia.com/mig-1g.10gb"
+H100, A100 = "NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB"
+WHY = "per-model quota on the DRA cluster"
+
+
+@pytest.fixture
+def dra_cluster(tmp_path):
+    sim = kubesim.start(FLEET, tmp_path)
+    wait_for(lambda: len(sim.api.list("resourceslices")) == 3, what="the driver's slices")
+    cluster = Cluster.objects.create(
+        slug="dra", name="DRA", auth_method=Cluster.AuthMethod.KUBECONFIG,
+        kubeconfig_path=str(sim.kubeconfig_path), enforcement=Cluster.Enforcement.DRA,
+    )  # fmt: skip
+    assert sync_cluster(cluster).status == "succeeded", cluster.last_error
+    alice, admin = make_user("alice"), make_user("root", staff=True)
+    team = make_team("vision", members=[alice])
+    yield {"sim": sim, "api": sim.api, "cluster": cluster, "alice": alice, "admin": admin,
+           "team": team, "ns": make_namespace(team, cluster, "team")}  # fmt: skip
+    sim.stop()
+
+
+def cls_of(k, product: str) -> GpuClass:
+    return GpuClass.objects.get(cluster=k["cluster"], selector={"nvidia.com/gpu.product": product})
+
+
+def approve(k, amount, product, resource=GPU):
+    data = RequestData(team=k["team"], namespace=k["ns"], resource=resource, amount=amount,
+                       gpu_class=cls_of(k, product), justification=WHY)  # fmt: skip
+    req = services.approve(services.submit(k["alice"], data), k["admin"])
+    for op in Operation.objects.filter(status="pending").order_by("created_at"):
+        assert run_operation(op.pk) == "succeeded", Operation.objects.get(pk=op.pk).last_error
+    return req
+
+
+def test_the_inventory_counts_the_drivers_devices(dra_cluster):
+    k = dra_cluster
+    rows = {
+        (r.node.name, r.resource): (r.capacity, r.allocatable)
+        for r in NodeResource.objects.filter(node__cluster=k["cluster"]).select_related("node")
+    }
+    assert rows == {("h100-0", GPU): (8, 8), ("a100-0", GPU): (8, 8), ("mig-0", MIG): (56, 56)}
+    h100 = Node.objects.get(cluster=k["cluster"], name="h100-0")
+    assert (h100.gpu_product, h100.gpu_product_name, h100.gpu_count) == (
+        H100, "NVIDIA H100 80GB HBM3", 8,
+    )  # fmt: skip
+    assert h100.gpu_class == cls_of(k, H100)
+    assert cls_of(k, A100).resources == [GPU, MIG]  # whole GPUs on a100-0, MIG on mig-0
+    assert sorted(k["cluster"].__class__.objects.get(pk=k["cluster"].pk).dra_other_classes) == [
+        "gpu.nvidia.com", "mig.nvidia.com",
+    ]  # fmt: skip
+
+
+def test_a_grant_is_enforced_per_model_by_the_api_server(dra_cluster):
+    k = dra_cluster
+    api, h100, a100 = k["api"], cls_of(k, H100), cls_of(k, A100)
+    approve(k, 4, H100)
+    h100_dc = dra.device_class_name(h100, GPU)
+    quota = api.get("resourcequotas", "gpu-portal-quota", "team")
+    assert quota["spec"]["hard"] == {
+        dra.quota_key(h100_dc): "4",
+        dra.quota_key(dra.device_class_name(a100, GPU)): "0",
+        dra.quota_key(dra.device_class_name(a100, MIG)): "0",
+        "gpu.nvidia.com.deviceclass.resource.k8s.io/devices": "0",
+        "mig.nvidia.com.deviceclass.resource.k8s.io/devices": "0",
+        "requests.nvidia.com/gpu": "0",
+    }
+    expression = api.get("deviceclasses", h100_dc)["spec"]["selectors"][0]["cel"]["expression"]
+    assert "productName == 'NVIDIA H100 80GB HBM3'" in expression
+
+    # within the grant: allocated on an H100 node, the pod runs, the inventory sees it
+    api.create("resourceclaims", claim("two", h100_dc, 2), "team")
+    api.create("pods", pod_with_claim("train", "two"), "team")
+    wait_for(
+        lambda: api.get("pods", "train", "team")["status"].get("phase") == "Running",
+        what="train Running",
+    )
+    assert api.get("pods", "train", "team")["spec"]["nodeName"] == "h100-0"
+    assert sync_cluster(k["cluster"]).status == "succeeded"
+    pod = GpuPod.objects.get(cluster=k["cluster"], name="train")
+    assert (pod.requests, pod.node.name) == ({GPU: 2}, "h100-0")
+    held = NodeResource.objects.get(node__name="h100-0", node__cluster=k["cluster"], resource=GPU)
+    assert (held.requested, held.idle) == (2, 6)
+
+    # beyond the grant, through the generic class, on a class granted nothing: refused
+    wait_for(
+        lambda: (
+            api.get("resourcequotas", "gpu-portal-quota", "team")["status"]["used"].get(
+                dra.quota_key(h100_dc)
+            )
+            == "2"
+        ),
+        what="2 devices counted",
+    )
+    for name, device_class, count, limited in (
+        ("three", h100_dc, 3, 4),
+        ("any", "gpu.nvidia.com", 1, 0),
+        ("a100", dra.device_class_name(a100, GPU), 1, 0),
+    ):
+        with pytest.raises(KubeError) as refused:
+            api.create("resourceclaims", claim(name, device_class, count), "team")
+        assert refused.value.status == 403
+        assert f"limited: {dra.quota_key(device_class)}={limited}" in str(refused.value)
+    # a pod asking for the extended resource would take any model: refused too
+    body = pod_with_claim("plain", "x")
+    body["spec"].pop("resourceClaims")
+    body["spec"]["containers"][0]["resources"] = {"limits": {GPU: "1"}}
+    with pytest.raises(KubeError) as plain:
+        api.create("pods", body, "team")
+    assert "limited: requests.nvidia.com/gpu=0" in str(plain.value)
