@@ -122,27 +122,59 @@ def usable(state, now=None) -> list[Usable]:
     cluster holds it (its ``status.hard`` as last read; a grant not applied yet adds
     nothing usable) and every unscoped foreign one. With none, nothing limits the
     namespace (``limit`` None)."""
-    from django.conf import settings
 
     from .limits import PREFIX, _int
 
     if state.kueue is not None:
         return _usable_kueue(state, now)
+    if state.ns.cluster.is_dra:
+        return _usable_dra(state)
+    hard = (state.ns.quota_status or {}).get("hard") or {}
+    return [
+        _limit(key, _int(hard.get(key)), state.foreign, resource, int(state.used.get(key, 0)))
+        for resource in sorted(state.effective)
+        if (key := PREFIX + resource)
+    ]
+
+
+def _limit(key: str, own: int | None, foreign, resource: str, used: int, **kw) -> Usable:
+    """The smallest of the portal's quota (``own``, as the cluster holds it) and every
+    unscoped foreign quota on ``key``; no limit when none sets one."""
+    from django.conf import settings
+
+    from .limits import _int
+
+    candidates = [
+        (value, f"quota {fq.name}", True)
+        for fq in foreign
+        if fq.present and not fq.scoped and (value := _int(fq.hard.get(key))) is not None
+    ]
+    if own is not None:
+        candidates.append((own, f"quota {settings.QUOTA_NAME}", False))
+    if not candidates:
+        return Usable(resource, None, used, "no quota limits it", **kw)
+    limit, binding, outside = min(candidates, key=lambda c: (c[0], c[2]))
+    return Usable(resource, limit, used, binding, outside_binds=outside, **kw)
+
+
+def _usable_dra(state) -> list[Usable]:
+    """On a DRA cluster per class and resource: the quota's devices of the class's
+    DeviceClass (quotas/dra.py), limited as the cluster holds it, used as it counts them
+    (every claim, allocated or not: a claim is charged at creation)."""
+    from .dra import device_class_name, quota_key
+    from .kueue import classes_of
+    from .limits import _int
+
     hard = (state.ns.quota_status or {}).get("hard") or {}
     out = []
-    for resource in sorted(state.effective):
-        used = int(state.used.get(PREFIX + resource, 0))
-        outside = state.effective[resource].outside
-        candidates = [(value, f"quota {name}", True) for name, value in outside]
-        own = _int(hard.get(PREFIX + resource))
-        if own is not None:
-            candidates.append((own, f"quota {settings.QUOTA_NAME}", False))
-        if not candidates:
-            out.append(Usable(resource, None, used, "no quota limits it"))
-            continue
-        limit, binding, foreign = min(candidates, key=lambda c: (c[0], c[2]))
-        out.append(Usable(resource, limit, used, binding, outside_binds=foreign))
-    return out
+    for cls in classes_of(state.ns.cluster):
+        for resource in sorted(cls.resources or []):
+            key = quota_key(device_class_name(cls, resource))
+            used = int(state.used.get(key, 0))
+            out.append(
+                _limit(key, _int(hard.get(key)), state.foreign, resource, used, gpu_class=cls)
+            )
+    return sorted(out, key=lambda u: (u.gpu_class.name, u.resource))
 
 
 def _usable_kueue(state, now=None) -> list[Usable]:
@@ -235,11 +267,14 @@ def outcome(req, state=None) -> Outcome | None:
 
         ns = TeamNamespace.objects.select_related("team", "cluster").get(pk=req.namespace_id)
         state = load_state(ns)
+    per_class = state.kueue is not None or state.ns.cluster.is_dra
     rows = [
         u for u in usable(state)
-        if u.resource == req.resource and (state.kueue is None or u.gpu_class == req.gpu_class)
+        if u.resource == req.resource and (not per_class or u.gpu_class == req.gpu_class)
     ]  # fmt: skip
     now = rows[0] if rows else None
+    if state.ns.cluster.is_dra:
+        return _outcome_dra(req, state, now)
     if state.kueue is not None:
         # Kueue: the queue's quota includes the grant once applied (the nominal quota).
         applied = req.status == QuotaRequest.Status.APPLIED
@@ -262,6 +297,26 @@ def outcome(req, state=None) -> Outcome | None:
         name = now.binding.removeprefix("quota ")
         decision = next((fq.decision for fq in state.foreign if fq.name == name), "")
         advice = ADVICE.get(decision, ADVICE["undecided"])
+    return Outcome(grant.amount, min(gain, grant.amount), now.usable if now else None,
+                   binding, applied, advice)  # fmt: skip
+
+
+def _outcome_dra(req, state, now: Usable | None) -> Outcome:
+    """As on a ResourceQuota cluster, for the devices of the class's DeviceClass."""
+    from django.conf import settings
+
+    from .dra import desired_hard, device_class_name, quota_key
+    from .limits import _int
+
+    grant = req.grant
+    key = quota_key(device_class_name(req.gpu_class, req.resource))
+    own = _int(((state.ns.quota_status or {}).get("hard") or {}).get(key))
+    applied = own is not None and own >= desired_hard(state.ns).get(key, 0)
+    gain = 0
+    if own is not None and now is not None and now.limit is not None:
+        gain = max(now.limit - max(min(own - grant.amount, now.limit), 0), 0)
+    binding = now.binding if now and now.outside_binds else f"quota {settings.QUOTA_NAME}"
+    advice = ADVICE["undecided"] if now and now.outside_binds else ""
     return Outcome(grant.amount, min(gain, grant.amount), now.usable if now else None,
                    binding, applied, advice)  # fmt: skip
 

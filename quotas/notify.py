@@ -181,6 +181,7 @@ def failed(req: QuotaRequest, error: str) -> None:
 BELOW = {
     "resourcequota": "below usage, waits for an admin's confirmation",
     "kueue": "below what admitted workloads hold: they keep running, new ones queue",
+    "dra": "below the devices claims hold, waits for an admin's confirmation",
 }
 
 
@@ -193,8 +194,9 @@ def _below_usage(lowering: dict | None, backend: str = "resourcequota") -> str:
         return (f"\nThis lowers the team's Kueue quota below what its admitted workloads "
                 f"hold ({what}): they keep running, and new workloads of that class queue "
                 "until usage falls below the new quota.\n")  # fmt: skip
-    what = "; ".join(f"{k} {v['hard']} while pods use {v['used']}" for k, v in lowering.items())
-    return (f"\nThis lowers the quota below what the namespace's pods use ({what}): the "
+    holders = "claims hold" if backend == "dra" else "pods use"
+    what = "; ".join(f"{k} {v['hard']} while {holders} {v['used']}" for k, v in lowering.items())
+    return (f"\nThis lowers the quota below what the namespace's {holders} ({what}): the "
             "portal applies that only once an admin confirms it.\n")  # fmt: skip
 
 

@@ -35,7 +35,8 @@ class Change:
     pods: list[GpuPod]
     # "resourcequota": pods above a lowered limit keep running, new ones are refused at
     # creation, and the apply waits for an admin's confirmation; "kueue": admitted
-    # workloads keep running, new ones queue, nothing waits (quotas/kueue_apply.py).
+    # workloads keep running, new ones queue, nothing waits (quotas/kueue_apply.py); "dra":
+    # as "resourcequota", for claims of the class's DeviceClass (quotas/dra.py).
     backend: str = "resourcequota"
 
     @property
@@ -78,6 +79,8 @@ class NamespaceState:
     def change(self, resource: str, delta: int, gpu_class: GpuClass | None = None) -> Change:
         if self.kueue is not None:
             return self._kueue_change(resource, delta, gpu_class)
+        if self.ns.cluster.is_dra and gpu_class is not None:
+            return self._dra_change(resource, delta, gpu_class)
         eff = self.effective.get(resource) or limits.EffectiveLimit(
             resource, 0, 0, settings.QUOTA_NAME
         )
@@ -90,6 +93,23 @@ class NamespaceState:
         low = limits.lowering(self.ns, self.desired(resource, delta), self.used)
         return Change(resource, delta, after, limit_after, binding, low,
                       limits.pods_over(self.pods, low))  # fmt: skip
+
+    def _dra_change(self, resource: str, delta: int, gpu_class: GpuClass) -> Change:
+        """Per class on a DRA cluster: the devices of the class's DeviceClass the quota
+        would allow after the change, against what its claims hold (quotas/dra.py)."""
+        from . import dra
+
+        key = dra.quota_key(dra.device_class_name(gpu_class, resource))
+        granted = dra.desired_hard(self.ns).get(key, 0)
+        after = max(granted + delta, 0)
+        limit_after, binding = after, settings.QUOTA_NAME
+        for fq in self.foreign:
+            value = limits._int(fq.hard.get(key))
+            if fq.present and not fq.scoped and value is not None and value < limit_after:
+                limit_after, binding = value, fq.name
+        low = limits.lowering(self.ns, {key: after}, self.used)
+        over = [p for p in self.pods if low and p.requests.get(resource)]
+        return Change(resource, delta, after, limit_after, binding, low, over, backend="dra")
 
     def _kueue_change(self, resource: str, delta: int, gpu_class: GpuClass | None) -> Change:
         """Per class: the team's nominal quota after the change against what its admitted

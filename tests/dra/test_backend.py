@@ -131,3 +131,91 @@ def test_a_grant_is_enforced_per_model_by_the_api_server(dra_cluster):
     with pytest.raises(KubeError) as plain:
         api.create("pods", body, "team")
     assert "limited: requests.nvidia.com/gpu=0" in str(plain.value)
+
+
+def test_mig_devices_per_profile_a_grant_that_ends_and_the_figures(dra_cluster):
+    """A MIG grant covers claims of its profile's DeviceClass; a time-bound grant's end
+    lowers the quota while the claims made stay; usable by the team is the quota's own
+    arithmetic per class (limit - what its claims hold)."""
+    from datetime import timedelta
+
+    import time_machine
+    from django.utils import timezone
+
+    from quotas.figures import usable
+    from quotas.preview import state
+    from quotas.tasks import process_grant_windows
+    from tests.quotas.builders import make_grant
+
+    k = dra_cluster
+    api, a100, h100 = k["api"], cls_of(k, A100), cls_of(k, H100)
+    approve(k, 3, A100, MIG)
+    mig_dc = dra.device_class_name(a100, MIG)
+    assert api.get("deviceclasses", mig_dc)["metadata"]["annotations"] == {
+        "gpu-portal.dev/gpu-class": a100.slug, "gpu-portal.dev/resource": MIG,
+    }  # fmt: skip
+    api.create("resourceclaims", claim("slices", mig_dc, 2), "team")
+    api.create("pods", pod_with_claim("notebook", "slices"), "team")
+    wait_for(
+        lambda: api.get("pods", "notebook", "team")["status"].get("phase") == "Running",
+        what="notebook Running",
+    )
+    assert api.get("pods", "notebook", "team")["spec"]["nodeName"] == "mig-0"
+    with pytest.raises(KubeError) as beyond:
+        api.create("resourceclaims", claim("more", mig_dc, 2), "team")
+    assert f"limited: {dra.quota_key(mig_dc)}=3" in str(beyond.value)
+
+    # H100: 2 for good and 3 for a day; a claim of 4 fits while both hold
+    approve(k, 2, H100)
+    ns = k["ns"]
+    make_grant(ns, 3, GPU, gpu_class=h100, days=1)
+    from quotas.apply import enqueue_apply
+
+    enqueue_apply(ns, reason="start")
+    for op in Operation.objects.filter(status="pending"):
+        assert run_operation(op.pk) == "succeeded"
+    h100_key = dra.quota_key(dra.device_class_name(h100, GPU))
+    assert api.get("resourcequotas", "gpu-portal-quota", "team")["spec"]["hard"][h100_key] == "5"
+    api.create("resourceclaims", claim("pair", dra.device_class_name(h100, GPU), 2), "team")
+    with time_machine.travel(timezone.now() + timedelta(days=1, minutes=1)):
+        assert process_grant_windows()["expired"] == 1
+        for op in Operation.objects.filter(status="pending"):
+            assert run_operation(op.pk) == "succeeded", Operation.objects.get(pk=op.pk).last_error
+    quota = api.get("resourcequotas", "gpu-portal-quota", "team")
+    assert quota["spec"]["hard"][h100_key] == "2"
+    assert api.get("resourceclaims", "pair", "team")["metadata"]["name"] == "pair"  # stays
+
+    # usable per class = the quota's limit - what the quota counts as used, as the API says
+    def counted():
+        used = api.get("resourcequotas", "gpu-portal-quota", "team")["status"].get("used", {})
+        return used.get(h100_key) == "2" and used.get(dra.quota_key(mig_dc)) == "2" and used
+
+    used = wait_for(counted, what="the quota controller's count")
+    assert sync_cluster(k["cluster"]).status == "succeeded"
+    from quotas.models import TeamNamespace
+
+    figures = {
+        (u.gpu_class.slug, u.resource): (u.limit, u.used, u.usable)
+        for u in usable(state(TeamNamespace.objects.get(pk=ns.pk)))
+    }
+    assert figures[(h100.slug, GPU)] == (2, int(used[h100_key]), 0)
+    assert figures[(a100.slug, MIG)] == (3, int(used[dra.quota_key(mig_dc)]), 1)
+    assert figures[(a100.slug, GPU)] == (0, 0, 0)
+
+
+def test_switching_to_dra_needs_per_class_grants(dra_cluster):
+    from django.core.exceptions import ValidationError
+
+    from tests.quotas.builders import make_grant
+
+    k = dra_cluster
+    cluster = k["cluster"]
+    Cluster.objects.filter(pk=cluster.pk).update(enforcement=Cluster.Enforcement.RESOURCEQUOTA)
+    cluster.refresh_from_db()
+    make_grant(k["ns"], 2)  # any class
+    cluster.enforcement = Cluster.Enforcement.DRA
+    with pytest.raises(ValidationError) as refused:
+        cluster.full_clean()
+    assert "DRA enforces quota per GPU class, and 1 active or upcoming grant(s)" in str(
+        refused.value
+    )
