@@ -150,3 +150,28 @@ def desired_hard(namespace: TeamNamespace, now: datetime | None = None) -> dict[
         hard[quota_key(name)] = 0
     hard[f"requests.{GPU_RESOURCE}"] = 0
     return dict(sorted(hard.items()))
+
+
+def _managed_selector() -> str:
+    return ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
+
+
+def device_class_drift(cluster: Cluster, gw) -> dict[str, str]:
+    """{DeviceClass name: what differs} between the portal's DeviceClasses on the cluster
+    and :func:`device_classes` ("missing", or the selector or annotations edited)."""
+    live = {
+        d["metadata"]["name"]: d for d in gw.list_device_classes(label_selector=_managed_selector())
+    }
+    out = {}
+    for want in device_classes(cluster):
+        name = want["metadata"]["name"]
+        have = live.get(name)
+        if have is None:
+            out[name] = "missing"
+            continue
+        notes = (have.get("metadata") or {}).get("annotations") or {}
+        if any(notes.get(k) != v for k, v in want["metadata"]["annotations"].items()):
+            out[name] = "annotations edited"
+        elif (have.get("spec") or {}).get("selectors") != want["spec"]["selectors"]:
+            out[name] = "selector edited"
+    return out

@@ -139,6 +139,8 @@ def reconcile_quotas() -> dict[str, int]:
             counts["errors"] += 1
             continue
         with gw:
+            if cluster.is_dra:
+                _reconcile_device_classes(cluster, gw, namespaces, busy, counts)
             for ns in namespaces:
                 try:
                     quotas = gw.list_resource_quotas(ns.name)
@@ -156,6 +158,29 @@ def reconcile_quotas() -> dict[str, int]:
                 if ns.pk in managed and not cluster.is_kueue:
                     _reconcile_one(ns, own[0] if own else None, counts)
     return counts
+
+
+def _reconcile_device_classes(cluster, gw, namespaces, busy: set, counts: dict) -> None:
+    """The portal's DeviceClasses on a DRA cluster (quotas/dra.py): one edited or deleted
+    outside the portal is audited and re-applied (an apply of any namespace of the cluster
+    writes them all, before its quota)."""
+    from . import dra
+
+    try:
+        drift = dra.device_class_drift(cluster, gw)
+    except KubeError as err:
+        log.warning("DeviceClass drift check of %s failed: %s", cluster.slug, err)
+        counts["errors"] += 1
+        return
+    first = next((ns for ns in namespaces if ns.pk not in busy), None)
+    if not drift or first is None:
+        return
+    with transaction.atomic():
+        note = "DeviceClass(es) edited or deleted outside the portal"
+        audit.record(None, "dra.device_classes_reverted", first, team=first.team,
+                     before=drift, note=note)  # fmt: skip
+        enqueue_apply(first, reason="drift")
+    counts["reverted"] += 1
 
 
 def _recreate(ns: TeamNamespace, counts: dict[str, int]) -> None:

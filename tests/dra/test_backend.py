@@ -219,3 +219,27 @@ def test_switching_to_dra_needs_per_class_grants(dra_cluster):
     assert "DRA enforces quota per GPU class, and 1 active or upcoming grant(s)" in str(
         refused.value
     )
+
+
+def test_a_device_class_edited_or_deleted_outside_the_portal_is_put_back(dra_cluster):
+    from quotas.models import AuditEvent
+    from quotas.tasks import reconcile_quotas
+
+    k = dra_cluster
+    api, h100 = k["api"], cls_of(k, H100)
+    approve(k, 2, H100)
+    name = dra.device_class_name(h100, GPU)
+    want = api.get("deviceclasses", name)["spec"]["selectors"]
+    wide = [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]  # any model
+    api.patch("deviceclasses", name, {"spec": {"selectors": wide}})
+    api.delete("deviceclasses", dra.device_class_name(cls_of(k, A100), GPU))
+    assert reconcile_quotas()["reverted"] == 1
+    event = AuditEvent.objects.get(action="dra.device_classes_reverted")
+    assert event.before == {
+        name: "selector edited", dra.device_class_name(cls_of(k, A100), GPU): "missing",
+    }  # fmt: skip
+    for op in Operation.objects.filter(status="pending"):
+        assert run_operation(op.pk) == "succeeded"
+    assert api.get("deviceclasses", name)["spec"]["selectors"] == want
+    assert api.get("deviceclasses", dra.device_class_name(cls_of(k, A100), GPU))
+    assert reconcile_quotas()["reverted"] == 0
