@@ -4,7 +4,8 @@ API returned (:func:`findings`); quotas/waiting_service.py reads it and adds wha
 
 The four causes and their signals:
 
-- ``quota``: a ResourceQuota refused a controller's pods. The controller (Job, ReplicaSet,
+- ``quota``: a ResourceQuota refused a controller's pods (on a DRA cluster also: the
+  ResourceClaim a pod's template asks for, :func:`claim_refusals`). The controller (Job, ReplicaSet,
   StatefulSet...) records a Warning event ``FailedCreate`` "Error creating: pods "x" is
   forbidden: exceeded quota: <name>, requested: requests.nvidia.com/gpu=8, used: ...,
   limited: ..." (kubernetes ``pkg/controller/controller_utils.go``
@@ -115,27 +116,42 @@ class Finding:
         return self.owner.partition("/")[2] if self.kind == "workload" and self.owner else self.name
 
 
-def _pairs(text: str) -> dict[str, int]:
-    """``requests.nvidia.com/gpu=8,requests.cpu=2`` -> {"nvidia.com/gpu": 8} (GPU keys)."""
+@dataclass(frozen=True)
+class DraView:
+    """What a DRA cluster adds (quotas/dra.py, inventory/dra.py): per Pending pod the GPU
+    devices its claims ask for and the selector of the class they name; per quota key
+    (``<device class>.deviceclass.resource.k8s.io/devices``) the resource and class
+    selector it counts."""
+
+    usage: dict[str, tuple[dict[str, int], dict]] = field(default_factory=dict)
+    keys: dict[str, tuple[str, dict]] = field(default_factory=dict)
+
+
+def _pairs(text: str, keys: dict | None = None) -> dict[str, int]:
+    """``requests.nvidia.com/gpu=8,requests.cpu=2`` -> {"nvidia.com/gpu": 8} (GPU keys; a
+    DeviceClass key of ``keys`` as the resource it counts)."""
     out = {}
     for part in text.split(","):
         key, _, value = part.partition("=")
+        if keys and key in keys:
+            key = keys[key][0]
         key = key.removeprefix(REQUESTS)
         if is_gpu_resource(key) and value.isdigit():
             out[key] = int(value)
     return out
 
 
-def parse_exceeded(message: str) -> dict | None:
+def parse_exceeded(message: str, keys: dict | None = None) -> dict | None:
     """The parts of a quota refusal's message, GPU resources only; None when it is not one."""
     m = _EXCEEDED.search(message)
     if m is None:
         return None
     return {
         "quota": m["quota"],
-        "requested": _pairs(m["requested"]),
-        "used": _pairs(m["used"]),
-        "limited": _pairs(m["limited"]),
+        "requested": _pairs(m["requested"], keys),
+        "used": _pairs(m["used"], keys),
+        "limited": _pairs(m["limited"], keys),
+        "selector": next((keys[k][1] for k in (keys or {}) if k + "=" in m["requested"]), {}),
     }
 
 
@@ -228,11 +244,45 @@ def queued_workloads(workloads: list[dict]) -> list[Finding]:
     return out
 
 
+def claim_refusals(events: list[dict], now: datetime, dra: DraView) -> list[Finding]:
+    """Pods whose ResourceClaim (from a template) a ResourceQuota refused within
+    :data:`EVENT_WINDOW`: the resourceclaim controller's Warning ``FailedResourceClaimCreation``
+    on the pod, "PodResourceClaim gpus: resourceclaims.resource.k8s.io ... is forbidden:
+    exceeded quota: ..." (kubernetes ``pkg/controller/resourceclaim/controller.go``)."""
+    latest: dict[tuple, tuple] = {}
+    for ev in events:
+        obj = ev.get("involvedObject") or {}
+        if ev.get("reason") != "FailedResourceClaimCreation" or obj.get("kind") != "Pod":
+            continue
+        parsed = parse_exceeded(str(ev.get("message") or ""), dra.keys)
+        when = _event_time(ev)
+        if parsed is None or not parsed["requested"] or when is None or now - when > EVENT_WINDOW:
+            continue
+        key = (obj.get("namespace", ""), obj.get("name", ""))
+        if key not in latest or when > latest[key][0]:
+            latest[key] = (when, parsed, str(ev.get("message")))
+    return [
+        Finding(
+            "pod", namespace, name, resource, amount, "quota", message, since=when,
+            selector=parsed["selector"], quota=parsed["quota"],
+            used=parsed["used"].get(resource), limited=parsed["limited"].get(resource),
+        )
+        for (namespace, name), (when, parsed, message) in sorted(latest.items())
+        for resource, amount in sorted(parsed["requested"].items())
+    ]  # fmt: skip
+
+
+# The DynamicResources plugin's reason when no node's devices satisfy a pod's claims
+# (kubernetes pkg/scheduler/framework/plugins/dynamicresources/dynamicresources.go).
+CLAIMS_UNALLOCATABLE = "cannot allocate all claims"
+
+
 def scheduler_reasons(message: str, resource: str) -> tuple[str, ...]:
     """Which of the scheduler's reasons a message names: ``capacity`` (Insufficient this
-    resource), ``selector``, ``taint``."""
+    resource, or claims no node's devices satisfy), ``selector``, ``taint``."""
     reasons = []
-    if any(m["resource"].rstrip(".") == resource for m in _INSUFFICIENT.finditer(message)):
+    insufficient = (m["resource"].rstrip(".") for m in _INSUFFICIENT.finditer(message))
+    if resource in insufficient or CLAIMS_UNALLOCATABLE in message:
         reasons.append("capacity")
     if SELECTOR_MISMATCH in message:
         reasons.append("selector")
@@ -265,12 +315,18 @@ def _starting_message(pod: dict, event: dict | None) -> str:
     return "Bound to its node; its kubelet has not started it yet."
 
 
-def pod_finding(pod: dict, events: dict[str, dict], queued_pods: set[str]) -> list[Finding]:
+def pod_finding(
+    pod: dict, events: dict[str, dict], queued_pods: set[str], dra: DraView | None = None
+) -> list[Finding]:
     """What keeps one Pending GPU pod waiting (empty for a pod with no GPU request, and for
-    a gated pod whose Workload is already reported as queued)."""
+    a gated pod whose Workload is already reported as queued). On a DRA cluster its claims'
+    devices count as its request."""
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     name = meta.get("name", "")
     gpus = pod_gpu_requests(spec)
+    claimed, class_selector = (dra.usage.get(name) if dra else None) or ({}, {})
+    for resource, amount in claimed.items():
+        gpus[resource] = gpus.get(resource, 0) + amount
     if not gpus:
         return []
     gates = {g.get("name") for g in spec.get("schedulingGates") or []}
@@ -294,7 +350,7 @@ def pod_finding(pod: dict, events: dict[str, dict], queued_pods: set[str]) -> li
         scheduler = spec.get("schedulerName") or "default-scheduler"
         cause = "unschedulable"
         message = f"No scheduler has placed it yet (schedulerName {scheduler})."
-    selector = pod_gpu_selector(spec)
+    selector = class_selector or pod_gpu_selector(spec)
     return [
         Finding(
             "pod", meta.get("namespace", ""), name, resource, amount, cause, message,
@@ -316,18 +372,28 @@ def _workload_pods(workloads: list[dict]) -> set[str]:
 
 
 def findings(
-    pods: list[dict], events: list[dict], workloads: list[dict] | None, now: datetime
+    pods: list[dict],
+    events: list[dict],
+    workloads: list[dict] | None,
+    now: datetime,
+    dra: DraView | None = None,
 ) -> list[Finding]:
     """Everything that waits in one namespace, from its Pending pods, its Warning events
-    and (on a Kueue cluster) its Workloads: quota refusals, queued workloads, then pods."""
+    and (on a Kueue cluster) its Workloads, (on a DRA cluster) its claims: quota refusals,
+    queued workloads, then pods."""
     queued = queued_workloads(workloads or [])
     queued_pods = _workload_pods(
         [w for w in workloads or [] if any(f.name == w["metadata"]["name"] for f in queued)]
     )
     by_pod = _pod_events(events)
-    out = quota_refusals(events, now) + queued
+    refused = claim_refusals(events, now, dra) if dra is not None else []
+    # a pod whose claim was refused waits for that, not for a node
+    pending = {p["metadata"]["name"] for p in pods}
+    refused = [f for f in refused if f.name in pending]
+    out = quota_refusals(events, now) + refused + queued
     for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
-        out += pod_finding(pod, by_pod, queued_pods)
+        if pod["metadata"]["name"] not in {f.name for f in refused}:
+            out += pod_finding(pod, by_pod, queued_pods, dra)
     return out
 
 

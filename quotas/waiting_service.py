@@ -30,7 +30,7 @@ from . import kueue, preview
 from .figures import usable
 from .models import Grant, Team, TeamNamespace
 from .wait_estimate import HISTORY, MIN_RUNS, Estimate, estimate
-from .waiting import Finding, findings, place_in_queues
+from .waiting import DraView, Finding, findings, place_in_queues
 
 READ_TIMEOUT_S = 5.0
 NOT_SERVED = (
@@ -82,19 +82,44 @@ def _read(namespaces: list[TeamNamespace], now: datetime):
     for cluster, nss in sorted(by_cluster.items(), key=lambda kv: kv[0].name):
         try:
             gw = KubeGateway(cluster, retries=0, timeout=READ_TIMEOUT_S)
+            classes = gw.list_device_classes() if cluster.is_dra else []
             for ns in nss:
                 workloads = None
                 if cluster.is_kueue:
                     workloads = gw.list_kueue_objects("workloads", namespace=ns.name) or []
-                found[ns.pk] = findings(
-                    gw.list_pending_pods(ns.name), gw.list_events(ns.name), workloads, now
-                )
+                pods = gw.list_pending_pods(ns.name)
+                dra = None
+                if cluster.is_dra:
+                    dra = _dra_view(cluster, pods, gw.list_resource_claims(ns.name), classes)
+                found[ns.pk] = findings(pods, gw.list_events(ns.name), workloads, now, dra)
                 _place(gw, ns.name, found[ns.pk])
         except KubeError as err:
             unreadable.append((cluster, str(err)))
             for ns in nss:
                 found.pop(ns.pk, None)
     return found, unreadable
+
+
+def _dra_view(cluster, pods: list[dict], claims: list[dict], classes: list[dict]) -> DraView:
+    """What the namespace's claims ask for per Pending pod, and what each DeviceClass quota
+    key counts (inventory/dra.py reads the claims; quotas/dra.py names the keys)."""
+    from inventory import dra as inventory_dra
+
+    from .dra import quota_key
+
+    selectors = dict(GpuClass.objects.filter(cluster=cluster).values_list("slug", "selector"))
+    inv = inventory_dra.read([], claims, classes)
+    usage = {}
+    for pod in pods:
+        held, slug = inv.pod_usage(pod)
+        if held:
+            usage[pod["metadata"]["name"]] = (held, dict(selectors.get(slug) or {}))
+    keys = {
+        quota_key(name): (info.resource, dict(selectors.get(info.gpu_class) or {}))
+        for name, info in inventory_dra.device_classes(classes).items()
+        if info.resource
+    }
+    return DraView(usage, keys)
 
 
 def _place(gw: KubeGateway, namespace: str, found: list[Finding]) -> None:
@@ -170,14 +195,15 @@ class _Context:
                 continue
             idle = self.idle_of(item.namespace, cls, item.finding.resource)
             if idle >= amount:
-                sel = ", ".join(f"{k}: {v}" for k, v in sorted(cls.selector.items()))
-                out.append(
-                    Suggestion(
-                        "class",
-                        f"{cls.name} has {idle} {item.finding.resource} idle now: "
-                        f"target it with the node selector {sel}.",
-                    )
-                )
+                if item.cluster.is_dra:  # a claim names its class's DeviceClass
+                    from .dra import device_class_name
+
+                    how = f"claim from DeviceClass {device_class_name(cls, item.finding.resource)}"
+                else:
+                    sel = ", ".join(f"{k}: {v}" for k, v in sorted(cls.selector.items()))
+                    how = f"target it with the node selector {sel}"
+                text = f"{cls.name} has {idle} {item.finding.resource} idle now: {how}."
+                out.append(Suggestion("class", text))
         return out
 
     def request(self, item: Item, amount: int, cls: GpuClass | None = None) -> Suggestion:

@@ -44,8 +44,13 @@ class DraCalls:
                 return None
             raise
 
-    def list_resource_claims(self) -> list[dict[str, Any]]:
-        """Every ResourceClaim of every namespace (requests, allocation, reservedFor)."""
+    def list_resource_claims(self, namespace: str = "") -> list[dict[str, Any]]:
+        """The ResourceClaims of one namespace, or of every namespace (requests,
+        allocation, reservedFor)."""
+        if namespace:
+            return self._list_all(
+                self._resource().list_namespaced_resource_claim, namespace=namespace
+            )
         return self._list_all(self._resource().list_resource_claim_for_all_namespaces)
 
     def list_device_classes(self, *, label_selector: str = "") -> list[dict[str, Any]]:

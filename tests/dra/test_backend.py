@@ -243,3 +243,63 @@ def test_a_device_class_edited_or_deleted_outside_the_portal_is_put_back(dra_clu
     assert api.get("deviceclasses", name)["spec"]["selectors"] == want
     assert api.get("deviceclasses", dra.device_class_name(cls_of(k, A100), GPU))
     assert reconcile_quotas()["reverted"] == 0
+
+
+def test_why_a_claim_waits_in_the_clusters_words(dra_cluster, client):
+    """A claim from a template that the quota refuses (the resourceclaim controller's
+    event), and a claim within the quota that no node's free devices satisfy (the
+    scheduler's condition): the waiting page names the class, the amount and what to do."""
+    k = dra_cluster
+    api, h100 = k["api"], cls_of(k, H100)
+    approve(k, 4, H100)
+    h100_dc = dra.device_class_name(h100, GPU)
+    # outside the portal's namespaces (no quota) another user takes 6 of the 8 H100s
+    api.create("namespaces", {"metadata": {"name": "other"}})
+    api.create("resourceclaims", claim("six", h100_dc, 6), "other")
+    api.create("pods", pod_with_claim("big", "six"), "other")
+    wait_for(
+        lambda: api.get("pods", "big", "other")["status"].get("phase") == "Running",
+        what="big Running",
+    )
+    template = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                "metadata": {"name": "five"},
+                "spec": {"spec": claim("x", h100_dc, 5)["spec"]}}  # fmt: skip
+    api.create("resourceclaimtemplates", template, "team")
+    body = pod_with_claim("over-quota", "x")
+    body["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "five"}]
+    api.create("pods", body, "team")
+    api.create("resourceclaims", claim("three", h100_dc, 3), "team")  # quota 4, 2 free
+    api.create("pods", pod_with_claim("no-room", "three"), "team")
+
+    def scheduler_says():
+        for c in api.get("pods", "no-room", "team")["status"].get("conditions") or []:
+            if c["type"] == "PodScheduled" and c["status"] == "False" and c.get("message"):
+                return c["message"]
+        return ""
+
+    message = wait_for(scheduler_says, what="the scheduler's verdict on no-room")
+    assert sync_cluster(k["cluster"]).status == "succeeded"  # idle now: 2
+    client.force_login(k["alice"])
+
+    def items():
+        body = client.get("/api/v1/teams/vision/waiting/").json()
+        out = {i["name"]: i for i in body["items"]}
+        return out if {"over-quota", "no-room"} <= set(out) else None
+
+    found = wait_for(items, what="both waiting items")
+    refused = found["over-quota"]
+    assert (refused["cause"], refused["resource"], refused["amount"]) == ("quota", GPU, 5)
+    assert refused["gpu_class"] == h100.name
+    assert (
+        f"exceeded quota: gpu-portal-quota, requested: {dra.quota_key(h100_dc)}=5"
+        in (refused["message"])
+    )
+    assert any(s["kind"] == "request" for s in refused["suggestions"])
+    waits = found["no-room"]
+    assert (waits["cause"], waits["amount"], waits["gpu_class"]) == ("unschedulable", 3, h100.name)
+    assert waits["message"] == message and "cannot allocate all claims" in message
+    assert f"Idle now on {h100.name}: 2 {GPU}; it asks for 3." in waits["explanation"]
+    assert any(
+        s["kind"] == "class" and dra.device_class_name(cls_of(k, A100), GPU) in s["text"]
+        for s in waits["suggestions"]
+    )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from quotas.waiting import (
+    DraView,
     QueuePosition,
     findings,
     parse_exceeded,
@@ -53,6 +54,7 @@ def test_a_quota_refusal_is_read_with_its_gpu_figures():
         "requested": {GPU: 8},
         "used": {GPU: 12},
         "limited": {GPU: 16},
+        "selector": {},  # the class of a DRA DeviceClass key, none here
     }
     assert parse_exceeded("pods is forbidden: unable to validate against any pod security") is None
 
@@ -153,3 +155,35 @@ def test_scheduler_reasons_name_the_resource_asked_for():
     assert scheduler_reasons(msg, "nvidia.com/mig-1g.10gb") == ("capacity",)
     assert scheduler_reasons(msg, GPU) == ()
     assert scheduler_reasons("1 node(s) had untolerated taint(s)", GPU) == ("taint",)
+
+
+def test_on_a_dra_cluster_a_refused_claim_and_a_pods_claims_count_as_its_request():
+    key = "gpu-portal-h100.deviceclass.resource.k8s.io/devices"
+    selector = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    refusal = (
+        'PodResourceClaim gpus: resourceclaims.resource.k8s.io "big-gpus-x2k9" is forbidden: '
+        f"exceeded quota: gpu-portal-quota, requested: {key}=5, used: {key}=0, limited: {key}=4"
+    )
+    claimless = {"metadata": {"name": "big", "namespace": "lab", "creationTimestamp": ts(3)},
+                 "spec": {"resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "t"}],
+                          "containers": [{"name": "main"}]},
+                 "status": {"phase": "Pending"}}  # fmt: skip
+    verdict = "0/3 nodes are available: 3 cannot allocate all claims."
+    waiting = {**claimless, "metadata": {**claimless["metadata"], "name": "wait"},
+               "status": {"phase": "Pending", "conditions": [{
+                   "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                   "message": verdict}]}}  # fmt: skip
+    dra = DraView(usage={"wait": ({GPU: 3}, selector)}, keys={key: (GPU, selector)})
+    events = [event("FailedResourceClaimCreation", "Pod", "big", refusal)]
+    refused, waits = findings([claimless, waiting], events, None, NOW, dra)
+    assert (refused.kind, refused.name, refused.cause, refused.resource, refused.amount) == (
+        "pod", "big", "quota", GPU, 5,
+    )  # fmt: skip
+    assert (refused.quota, refused.used, refused.limited, refused.selector) == (
+        "gpu-portal-quota", 0, 4, selector,
+    )  # fmt: skip
+    assert (waits.name, waits.cause, waits.amount, waits.reasons, waits.selector) == (
+        "wait", "unschedulable", 3, ("capacity",), selector,
+    )  # fmt: skip
+    # without the DRA view a claim-only pod asks for no GPU the portal can name
+    assert findings([claimless, waiting], events, None, NOW) == []
