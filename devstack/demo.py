@@ -26,6 +26,9 @@ DEFAULT_SIM_PORT = 6443
 DEFAULT_FLEET = "simcluster/fleets/demo.yaml"
 # The second demo cluster, which enforces GPU classes through Kueue ("" leaves it out).
 DEFAULT_KUEUE_FLEET = "simcluster/fleets/demo-kueue.yaml"
+# The third cluster: GPUs as DRA devices (real control plane only: the simulator serves no
+# resource.k8s.io).
+DEFAULT_DRA_FLEET = "simcluster/fleets/demo-dra.yaml"
 
 
 class DemoError(RuntimeError):
@@ -226,10 +229,17 @@ def write_env_file(path: Path, values: dict[str, str]) -> None:
 def _kueue_lines(kubeconfig: Path) -> list[str]:
     if not kubeconfig.exists():
         return []
-    return [
+    lines = [
         f"  Second cluster, Kueue (cluster admin): {kubeconfig}",
         f"    kubectl --kubeconfig {kubeconfig} get clusterqueues,workloads -A",
     ]
+    dra = kubeconfig.parent / "dra.kubeconfig"
+    if dra.exists():
+        lines += [
+            f"  Third cluster, DRA (cluster admin): {dra}",
+            f"    kubectl --kubeconfig {dra} get deviceclasses,resourceclaims -A",
+        ]
+    return lines
 
 
 def cluster_kind(real: bool) -> str:
@@ -394,6 +404,12 @@ def _bring_up(
         seed += ["--kueue-kubeconfig", str(kueue_kcs[1]),
                  "--kueue-admin-kubeconfig", str(kueue_kcs[0])]  # fmt: skip
     real = use_real_control_plane(sup.log)
+    dra_fleet = os.environ.get("SIM_DRA_FLEET", DEFAULT_DRA_FLEET)
+    if dra_fleet and real:
+        dra_kcs = (data / "dra.kubeconfig", data / "dra-portal.kubeconfig")
+        sims.append(("sim-dra", dra_fleet, sim_port("SIM_DRA_PORT", DEFAULT_SIM_PORT + 2),
+                     *dra_kcs))  # fmt: skip
+        seed += ["--dra-kubeconfig", str(dra_kcs[1]), "--dra-admin-kubeconfig", str(dra_kcs[0])]
     for name, sim_fleet, sim_port_, admin_kc, portal_kc in sims:
         portal_kc.unlink(missing_ok=True)
         admin_kc.unlink(missing_ok=True)

@@ -35,6 +35,7 @@ from .preflight_checks import (
     OK,
     WARNING,
     Finding,
+    check_dra,
     check_gfd,
     check_identity,
     check_kueue,
@@ -139,6 +140,26 @@ def _kueue_check(gw: KubeGateway, enforcement: str) -> Finding:
     return check_kueue(enforcement, flavors)
 
 
+def _dra_check(gw: KubeGateway) -> Finding:
+    """On a DRA cluster: the driver's slices (nodes and devices), and no node that also
+    offers its GPUs through the device plugin."""
+    from .dra import DRIVER
+
+    slices = gw.list_resource_slices()
+    if slices is None:
+        return check_dra(None, 0, [])
+    mine = [s for s in slices if (s.get("spec") or {}).get("driver") == DRIVER]
+    nodes = {(s.get("spec") or {}).get("nodeName") for s in mine} - {None, ""}
+    devices = sum(len((s.get("spec") or {}).get("devices") or []) for s in mine)
+    both = [
+        node["metadata"]["name"]
+        for page in gw.list_pages("nodes", limit=500)
+        for node in page.items
+        if node["metadata"]["name"] in nodes and is_gpu_node(node)
+    ]
+    return check_dra(len(nodes), devices, both)
+
+
 def _gfd_check(gw: KubeGateway) -> Finding:
     gpu_nodes, unlabelled = 0, []
     for page in gw.list_pages("nodes", limit=500):
@@ -180,7 +201,10 @@ def run_preflight(cluster: Cluster, namespaces: Iterable[str] = ()) -> Report:
     )
     report.findings += _guarded("permissions", ask_permissions, gw, names)
     report.findings += _guarded("gpu-operator", _operator_checks, gw)
-    report.findings += _guarded("gfd", _gfd_check, gw)
+    if cluster.is_dra:
+        report.findings += _guarded("dra", _dra_check, gw)
+    else:
+        report.findings += _guarded("gfd", _gfd_check, gw)
     report.findings += _guarded("kueue", _kueue_check, gw, cluster.enforcement)
     report.findings += _guarded("limits", _limits_check, gw, names)
     return report

@@ -275,7 +275,8 @@ def check_kueue(enforcement: str, flavors: list[dict[str, Any]] | None) -> Findi
     backend needs it; where it does not, only a note."""
     if enforcement != "kueue":
         served = "served: the cluster can switch" if flavors is not None else "not installed"
-        return Finding("kueue", OK, f"Enforcement is ResourceQuota (Kueue {served}).")
+        backend = "DRA" if enforcement == "dra" else "ResourceQuota"
+        return Finding("kueue", OK, f"Enforcement is {backend} (Kueue {served}).")
     if flavors is None:
         return Finding(
             "kueue", ERROR,
@@ -285,6 +286,30 @@ def check_kueue(enforcement: str, flavors: list[dict[str, Any]] | None) -> Findi
             "enforcement back to ResourceQuota.",
         )  # fmt: skip
     return Finding("kueue", OK, f"Kueue serves v1beta2; {len(flavors)} portal flavor(s).")
+
+
+def check_dra(nodes: int | None, devices: int, both: list[str]) -> Finding:
+    """The DRA driver's view: ``nodes`` publishing GPU devices (None: ``resource.k8s.io/v1``
+    not served), and nodes that offer their GPUs through the device plugin as well."""
+    if nodes is None:
+        return Finding(
+            "dra", ERROR, "The cluster does not serve resource.k8s.io/v1 (DRA).",
+            "Kubernetes v1.34 or later serves it; or choose another enforcement.",
+        )  # fmt: skip
+    if not nodes:
+        return Finding(
+            "dra", WARNING, "No node publishes GPU devices (no ResourceSlice of gpu.nvidia.com).",
+            "Install NVIDIA's DRA driver (kubernetes-sigs/dra-driver-nvidia-gpu) on the GPU nodes.",
+        )  # fmt: skip
+    if both:
+        shown = ", ".join(both[:NAMES_SHOWN]) + (" …" if len(both) > NAMES_SHOWN else "")
+        return Finding(
+            "dra", WARNING,
+            f"{len(both)} node(s) offer their GPUs through the device plugin too: {shown}.",
+            "Turn the device plugin off on DRA nodes: a pod asking for nvidia.com/gpu would "
+            "take devices the per-class quota does not count.",
+        )  # fmt: skip
+    return Finding("dra", OK, f"{nodes} GPU node(s) publish {devices} devices through DRA.")
 
 
 def check_gfd(gpu_nodes: int, unlabelled: list[str]) -> Finding:

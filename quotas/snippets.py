@@ -8,7 +8,10 @@
   flavor's node labels themselves (GPU-FACTS.md section 7); a selector still picks the
   class when the queue has several;
 - the resource is the grant's: ``nvidia.com/gpu``, or a MIG slice's own resource name
-  (``nvidia.com/mig-1g.10gb`` under the mixed strategy).
+  (``nvidia.com/mig-1g.10gb`` under the mixed strategy);
+- DRA clusters count devices per DeviceClass (quotas/dra.py): a pod asks through a
+  ResourceClaimTemplate naming the class's DeviceClass, and its container refers to the
+  claim (``resources.claims``); no node selector is needed, the DeviceClass picks the model.
 """
 
 from __future__ import annotations
@@ -35,6 +38,11 @@ def grant_snippets(namespace, grants) -> list[Snippet]:
         if key in seen:
             continue
         seen.add(key)
+        where = cls.name if cls else "any class"
+        if namespace.cluster.is_dra and cls is not None:
+            text = _dra_snippet(namespace, cls, g.resource)
+            out.append(Snippet(f"use-{namespace.pk}-{len(out)}", f"{g.resource} of {where}", text))
+            continue
         lines = ["metadata:", f"  namespace: {namespace.name}"]
         if kueue:
             lines += ["  labels:", f"    kueue.x-k8s.io/queue-name: {settings.KUEUE_LOCAL_QUEUE}"]
@@ -49,7 +57,6 @@ def grant_snippets(namespace, grants) -> list[Snippet]:
             "      limits:",
             f"        {g.resource}: 1",
         ]
-        where = cls.name if cls else "any class"
         out.append(
             Snippet(
                 f"use-{namespace.pk}-{len(out)}",
@@ -58,3 +65,30 @@ def grant_snippets(namespace, grants) -> list[Snippet]:
             )
         )
     return out
+
+
+def _dra_snippet(namespace, cls, resource: str) -> str:
+    from .dra import device_class_name
+
+    name = "gpus"
+    return "\n".join([
+        "apiVersion: resource.k8s.io/v1",
+        "kind: ResourceClaimTemplate",
+        "metadata:",
+        f"  name: {name}",
+        f"  namespace: {namespace.name}",
+        "spec:",
+        "  spec:",
+        "    devices:",
+        "      requests:",
+        f"      - name: {name}",
+        f"        exactly: {{deviceClassName: {device_class_name(cls, resource)}, count: 1}}",
+        "---",
+        "# in the pod:",
+        "spec:",
+        f"  resourceClaims: [{{name: {name}, resourceClaimTemplateName: {name}}}]",
+        "  containers:",
+        "  - name: main",
+        "    resources:",
+        f"      claims: [{{name: {name}}}]",
+    ])  # fmt: skip

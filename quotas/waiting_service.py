@@ -312,10 +312,17 @@ class _Context:
     def _quota(self, item: Item) -> None:
         f = item.finding
         missing = max((f.amount + (f.used or 0)) - (f.limited or 0), 1)
-        item.explanation = (
-            f"Quota {f.quota} refused the pods of {f.owner}: each asks for {f.amount} "
-            f"{f.resource}, the namespace uses {f.used} of the {f.limited} it allows."
-        )
+        if f.kind == "pod":  # a DRA claim from the pod's template (quotas/waiting.py)
+            item.explanation = (
+                f"Quota {f.quota} refused the ResourceClaim of pod {f.name}: it asks for "
+                f"{f.amount} {f.resource}, the namespace's claims hold {f.used} of the "
+                f"{f.limited} it allows."
+            )
+        else:
+            item.explanation = (
+                f"Quota {f.quota} refused the pods of {f.owner}: each asks for {f.amount} "
+                f"{f.resource}, the namespace uses {f.used} of the {f.limited} it allows."
+            )
         if f.quota == settings.QUOTA_NAME:
             item.suggestions.append(self.request(item, missing))
         else:

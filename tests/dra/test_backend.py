@@ -303,3 +303,42 @@ def test_why_a_claim_waits_in_the_clusters_words(dra_cluster, client):
         s["kind"] == "class" and dra.device_class_name(cls_of(k, A100), GPU) in s["text"]
         for s in waits["suggestions"]
     )
+
+
+def test_the_preflight_reads_the_drivers_slices(dra_cluster):
+    from inventory.preflight import run_preflight
+
+    report = run_preflight(dra_cluster["cluster"])
+    [dra_finding] = [f for f in report.findings if f.check == "dra"]
+    assert (dra_finding.level, dra_finding.summary) == (
+        "ok", "3 GPU node(s) publish 72 devices through DRA.",
+    )  # fmt: skip
+    assert not [f for f in report.findings if f.check == "gfd"]
+
+
+def test_the_snippet_shown_for_a_grant_runs_on_its_class(dra_cluster):
+    """The team page's "how to use it" lines for a DRA grant: applied as they are, the
+    pod gets a device of the granted model."""
+    import yaml
+
+    from quotas.snippets import grant_snippets
+
+    k = dra_cluster
+    approve(k, 2, H100)
+    ns = k["ns"]
+    [snippet] = grant_snippets(ns, list(ns.grants.all()))
+    template, pod_part = list(yaml.safe_load_all(snippet.text))
+    assert template["spec"]["spec"]["devices"]["requests"][0]["exactly"] == {
+        "deviceClassName": dra.device_class_name(cls_of(k, H100), GPU), "count": 1,
+    }  # fmt: skip
+    api = k["api"]
+    api.create("resourceclaimtemplates", template, "team")
+    spec = pod_part["spec"]
+    spec["containers"][0]["image"] = "cuda"
+    api.create("pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "snippet"},
+                        "spec": spec}, "team")  # fmt: skip
+    pod = wait_for(
+        lambda: (p := api.get("pods", "snippet", "team"))["status"].get("phase") == "Running" and p,
+        what="the snippet's pod Running",
+    )
+    assert pod["spec"]["nodeName"].startswith("h100-")

@@ -134,6 +134,10 @@ class Command(BaseCommand):
         )
         parser.add_argument("--kueue-admin-kubeconfig", default="",
                             help="its admin's kubeconfig (creates the demo workloads)")  # fmt: skip
+        parser.add_argument("--dra-kubeconfig", default="",
+                            help="the portal's kubeconfig of the third (DRA) cluster")  # fmt: skip
+        parser.add_argument("--dra-admin-kubeconfig", default="",
+                            help="its admin's kubeconfig (creates the demo's claims)")  # fmt: skip
         parser.add_argument(
             "--history-days", type=float, default=7,
             help="permanent grants start this long ago, with the telemetry backfill's week",
@@ -175,6 +179,14 @@ class Command(BaseCommand):
                              os.path.abspath(opts["kueue_admin_kubeconfig"]), admin)  # fmt: skip
             clusters.append(kueue)
             weights(kueue)
+        if opts["dra_kubeconfig"] and opts["dra_admin_kubeconfig"]:
+            from ._seed_dra import seed as seed_dra
+
+            with override_settings(EMAIL_BACKEND="django.core.mail.backends.dummy.EmailBackend"):
+                on_dra = seed_dra(self.stdout, os.path.abspath(opts["dra_kubeconfig"]),
+                                  os.path.abspath(opts["dra_admin_kubeconfig"]), admin)  # fmt: skip
+            clusters.append(on_dra)
+            weights(on_dra)
         if fresh and opts["history_days"] > 0:
             start = timezone.now() - timedelta(days=opts["history_days"])
             held_since(start)
