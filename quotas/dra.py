@@ -175,3 +175,28 @@ def device_class_drift(cluster: Cluster, gw) -> dict[str, str]:
         elif (have.get("spec") or {}).get("selectors") != want["spec"]["selectors"]:
             out[name] = "selector edited"
     return out
+
+
+def pod_usage(namespace: TeamNamespace, pods) -> dict[str, int]:
+    """Per DeviceClass quota key, the devices the namespace's pods hold or ask for through
+    their claims, by the class of the node they run on (or the class their claims name,
+    while pending): what the quota counts, without waiting for its controller."""
+    classes = list(GpuClass.objects.filter(cluster=namespace.cluster))
+    node_class = dict(
+        Node.objects.filter(pk__in={p.node_id for p in pods if p.node_id}).values_list(
+            "pk", "gpu_class_id"
+        )
+    )
+    by_id = {c.pk: c for c in classes}
+    out: dict[str, int] = defaultdict(int)
+    for pod in pods:
+        cls = by_id.get(node_class.get(pod.node_id))
+        if cls is None:
+            cls = next(
+                (c for c in classes if pod.gpu_selector and c.matches(pod.gpu_selector)), None
+            )
+        if cls is None:
+            continue
+        for resource, amount in (pod.requests or {}).items():
+            out[quota_key(device_class_name(cls, resource))] += int(amount)
+    return dict(out)

@@ -111,7 +111,16 @@ def pods_by_namespace(namespaces: list[TeamNamespace]) -> dict:
     pods = GpuPod.objects.filter(
         cluster_id__in={ns.cluster_id for ns in namespaces},
         namespace__in={ns.name for ns in namespaces},
-    ).only("cluster_id", "namespace", "name", "node_name", "phase", "requests", "gpu_selector")
+    ).only(
+        "cluster_id",
+        "namespace",
+        "name",
+        "node_id",
+        "node_name",
+        "phase",
+        "requests",
+        "gpu_selector",
+    )
     for pod in pods:
         ns_id = by_key.get((pod.cluster_id, pod.namespace))
         if ns_id is not None:
@@ -122,9 +131,14 @@ def pods_by_namespace(namespaces: list[TeamNamespace]) -> dict:
 def usage(ns: TeamNamespace, pods: list[GpuPod], foreign: Iterable[ForeignQuota] = ()) -> dict:
     """``requests.<resource>`` -> units in use (see the module doc)."""
     used: dict[str, int] = defaultdict(int)
-    for pod in pods:
-        for resource, amount in (pod.requests or {}).items():
-            used[PREFIX + resource] += int(amount)
+    if ns.cluster.is_dra:  # devices per DeviceClass (quotas/dra.py)
+        from .dra import pod_usage
+
+        used.update(pod_usage(ns, pods))
+    else:
+        for pod in pods:
+            for resource, amount in (pod.requests or {}).items():
+                used[PREFIX + resource] += int(amount)
     readings = [(ns.quota_status or {}).get("used") or {}]
     readings += [fq.used for fq in foreign if fq.present and not fq.scoped]
     for reading in readings:

@@ -51,16 +51,19 @@ class UsableSerializer(serializers.Serializer):
     resource = serializers.CharField()
     gpu_class = serializers.CharField(
         source="gpu_class.slug", read_only=True, allow_null=True, default=None,
-        help_text="the class slug of a Kueue ClusterQueue row (null on ResourceQuota clusters)",
+        help_text="the class slug of a Kueue ClusterQueue row or a DRA DeviceClass (null on "
+        "ResourceQuota clusters)",
     )  # fmt: skip
     limit = serializers.IntegerField(
         allow_null=True,
-        help_text="the effective limit: every quota that binds, or the Kueue queue's nominal "
-        "quota plus what it may borrow now; null when no quota limits the namespace",
+        help_text="the effective limit: every quota that binds (on a DRA cluster: on the "
+        "class's DeviceClass), or the Kueue queue's nominal quota plus what it may borrow "
+        "now; null when no quota limits the namespace",
     )
     used = serializers.IntegerField(
-        help_text="what counts against it: non-terminal pods' requests (ResourceQuota) or "
-        "what admitted workloads hold (Kueue)"
+        help_text="what counts against it: non-terminal pods' requests (ResourceQuota), the "
+        "devices its claims ask for as the quota counts them (DRA) or what admitted workloads "
+        "hold (Kueue)"
     )
     usable = serializers.IntegerField(
         allow_null=True, help_text=f"usable by the team: {DEFINITIONS['usable']} Null: no limit"

@@ -342,3 +342,75 @@ def test_the_snippet_shown_for_a_grant_runs_on_its_class(dra_cluster):
         what="the snippet's pod Running",
     )
     assert pod["spec"]["nodeName"].startswith("h100-")
+
+
+def test_idle_free_and_usable_equal_the_clusters_devices_and_claims(dra_cluster, client):
+    """One truth on a DRA cluster: per class and resource, devices in the driver's slices
+    (allocatable), devices allocated to claims (requested), idle, free to grant and usable
+    by the team, counted here from the API server alone and compared with the API, the
+    fleet page and /metrics."""
+    import re
+    from collections import Counter
+
+    from django.urls import reverse
+
+    from inventory.sync import sync_cluster
+
+    k = dra_cluster
+    api = k["api"]
+    approve(k, 4, H100)
+    approve(k, 5, A100, MIG)
+    h100_dc = dra.device_class_name(cls_of(k, H100), GPU)
+    mig_dc = dra.device_class_name(cls_of(k, A100), MIG)
+    for name, dc, n in (("h", h100_dc, 3), ("m", mig_dc, 4)):
+        api.create("resourceclaims", claim(name, dc, n), "team")
+        api.create("pods", pod_with_claim(f"p-{name}", name), "team")
+    wait_for(
+        lambda: all(p["status"].get("phase") == "Running" for p in api.list("pods", "team")),
+        what="both pods Running",
+    )
+    assert sync_cluster(k["cluster"]).status == "succeeded"
+
+    # the truth: devices per (product, resource) from the slices; allocated ones from claims
+    kind = {}
+    devices = Counter()
+    for s in api.list("resourceslices"):
+        for d in s["spec"]["devices"]:
+            attrs = {a: next(iter(v.values())) for a, v in d["attributes"].items()}
+            res = GPU if attrs["type"] == "gpu" else f"nvidia.com/mig-{attrs['profile']}"
+            product = "-".join(attrs["productName"].split())
+            kind[(s["spec"]["pool"]["name"], d["name"])] = (product, res)
+            devices[(product, res)] += 1
+    held = Counter(
+        kind[(r["pool"], r["device"])]
+        for c in api.list("resourceclaims")
+        for r in (c.get("status", {}).get("allocation") or {}).get("devices", {}).get("results", [])
+    )
+    quota = api.get("resourcequotas", "gpu-portal-quota", "team")["status"]
+    granted = {(H100, GPU): 4, (A100, MIG): 5}
+    client.force_login(k["admin"])
+    classes = client.get("/api/v1/gpu-classes/", {"cluster": "dra"}).json()["results"]
+    fleet = client.get(reverse("inventory:fleet")).content.decode()
+    metrics = client.get("/metrics").content.decode()
+    seen = 0
+    for cls in classes:
+        product = cls["selector"]["nvidia.com/gpu.product"]
+        for row in cls["capacity"]:
+            key, r = (product, row["resource"]), row["resource"]
+            alloc, req = devices[key], held[key]
+            assert (row["allocatable"], row["requested"], row["idle"]) == (alloc, req, alloc - req)
+            assert row["free_to_grant"] == alloc - granted.get(key, 0)
+            attr = f"dra/{cls['slug']}/{r}"
+            idle_html = re.search(rf'data-class-idle="{re.escape(attr)}"[^>]*>\s*(\d+)', fleet)
+            assert int(idle_html.group(1)) == alloc - req
+            labels = f'cluster="dra",gpu_class="{cls["slug"]}",resource="{r}"'
+            assert f"portal_gpu_class_idle{{{labels}}} {float(alloc - req)}" in metrics
+            seen += 1
+    assert seen == 3  # H100 GPUs, A100 GPUs (a100-0), A100 MIG 1g.10gb (mig-0)
+    # usable by the team: the quota's hard - used per DeviceClass, as the API server says
+    body = client.get(f"/api/v1/namespaces/{k['ns'].pk}/").json()
+    rows = {(u["gpu_class"], u["resource"]): u for u in body["usable"]}
+    for dc, product, r in ((h100_dc, H100, GPU), (mig_dc, A100, MIG)):
+        key = dra.quota_key(dc)
+        truth = int(quota["hard"][key]) - int(quota["used"][key])
+        assert rows[(cls_of(k, product).slug, r)]["usable"] == truth
