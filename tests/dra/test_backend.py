@@ -132,6 +132,16 @@ def test_a_grant_is_enforced_per_model_by_the_api_server(dra_cluster):
         api.create("pods", body, "team")
     assert "limited: requests.nvidia.com/gpu=0" in str(plain.value)
 
+    # the pod ends: the inventory records its run with the devices it held (showback)
+    from inventory.models import PodRun
+
+    api.delete("pods", "train", "team")
+    wait_for(lambda: not [p for p in api.list("pods", "team") if p["metadata"]["name"] == "train"],
+             what="train gone")  # fmt: skip
+    assert sync_cluster(k["cluster"]).status == "succeeded"
+    run = PodRun.objects.get(cluster=k["cluster"], name="train")
+    assert (run.gpus, run.gpu_class, run.node_name) == (2, h100, "h100-0")
+
 
 def test_mig_devices_per_profile_a_grant_that_ends_and_the_figures(dra_cluster):
     """A MIG grant covers claims of its profile's DeviceClass; a time-bound grant's end
@@ -297,6 +307,11 @@ def test_why_a_claim_waits_in_the_clusters_words(dra_cluster, client):
     assert any(s["kind"] == "request" for s in refused["suggestions"])
     waits = found["no-room"]
     assert (waits["cause"], waits["amount"], waits["gpu_class"]) == ("unschedulable", 3, h100.name)
+    # the pending claim is pending demand for its class (quotas/demand.py)
+    from quotas.demand import pending_demand
+
+    demand = pending_demand([k["ns"]])[(k["ns"].pk, GPU)]
+    assert (demand.pods, demand.for_class(h100.pk)) == (1, 3)
     assert waits["message"] == message and "cannot allocate all claims" in message
     assert f"Idle now on {h100.name}: 2 {GPU}; it asks for 3." in waits["explanation"]
     assert any(
