@@ -92,8 +92,11 @@ def faults_of(node: dict[str, Any] | None) -> set[str]:
 
 
 def requests_gpus(pod: dict[str, Any]) -> bool:
-    """Does any container ask for a GPU or a MIG device (requests or limits)?"""
+    """Does any container ask for a GPU or a MIG device (requests or limits), or does the
+    pod hold devices through DRA claims (on a DRA node the GPUs are claimed)?"""
     spec = pod.get("spec") or {}
+    if spec.get("resourceClaims"):
+        return True
     for c in (spec.get("containers") or []) + (spec.get("initContainers") or []):
         res = c.get("resources") or {}
         for part in ("requests", "limits"):

@@ -53,9 +53,14 @@ def _cordon(ctx: Ctx) -> Done:
 
 
 def _is_gpu_pod(pod: dict[str, Any]) -> bool:
+    """A non-terminal pod that asks for a GPU resource, or holds devices through DRA
+    claims (on a DRA cluster the GPUs are claimed, not requested; a claim of another
+    device on a GPU node is drained too: the cautious side)."""
     if ((pod.get("status") or {}).get("phase")) in ("Succeeded", "Failed"):
         return False
     spec = pod.get("spec") or {}
+    if spec.get("resourceClaims") or (pod.get("status") or {}).get("extendedResourceClaimStatus"):
+        return True
     for c in (spec.get("containers") or []) + (spec.get("initContainers") or []):
         res = c.get("resources") or {}
         keys = set(res.get("requests") or {}) | set(res.get("limits") or {})
