@@ -100,7 +100,10 @@ def sync_cluster(
             gw = gateway or KubeGateway(cluster)
             try:
                 version = gw.version()
-                _Syncer(cluster, gw, stats, page_size, progress).run()
+                syncer = _Syncer(cluster, gw, stats, page_size, progress)
+                syncer.run()
+                # where a pod watch takes over from this list (inventory/podwatch.py)
+                run.pods_resource_version = syncer.pods_resource_version
             finally:
                 if gateway is None:
                     gw.close()
@@ -185,6 +188,7 @@ class _Syncer:
             )
         }
         self.seen_nodes: set[str] = set()
+        self.pods_resource_version = ""  # of the pod list's first page: its snapshot
         # On a DRA cluster the GPUs are the driver's devices (inventory/dra.py), read first.
         self.dra: dra.DraInventory | None = None
         self.class_selectors: dict[str, dict] = {}
@@ -395,6 +399,8 @@ class _Syncer:
                 update.clear()
 
         def handle(page: ListPage) -> None:
+            # every page of one list carries its snapshot's version (a restart: a newer one)
+            self.pods_resource_version = page.resource_version
             self.stats.pods_seen += len(page.items)
             for obj in page.items:
                 facts = parse_gpu_pod(obj)

@@ -1,9 +1,16 @@
-"""Keep nodes fresh between full syncs by watching them (labels, cordon, allocatable).
+"""Keep nodes and pods fresh between full syncs by watching them.
 
 A full sync every ``INVENTORY_SYNC_INTERVAL`` stays the source of truth (it also sees
-pods and vanished nodes reliably); a watch is cheap and brings node changes in within
-a second. It runs as a long-lived process (``manage.py watch_inventory``), one thread
-per cluster, because a Celery task should not hold a worker for minutes.
+vanished nodes reliably); a watch is cheap and brings changes in within a second. It runs
+as a long-lived process (``manage.py watch_inventory``), a node thread and a pod thread per
+cluster, because a Celery task should not hold a worker for minutes.
+
+Pods are list-then-watch: a full sync is the list, its pod list's resourceVersion where
+the watch starts, each event applied at once (inventory/podwatch.py) and its version kept,
+bookmarks included, so a watch the server ends after ``timeout_s`` resumes where it was. A
+relist (a full sync) happens only when the version is too old (410 Gone) or the stream
+broke, after ``backoff_s``. DRA clusters' pods are left to the full sync (their claims say
+what they hold).
 """
 
 from __future__ import annotations
@@ -16,7 +23,8 @@ from django.db import close_old_connections, connection
 
 from .kube import KubeError, KubeGateway
 from .models import Cluster
-from .sync import apply_node_changes
+from .podwatch import apply_pod_event
+from .sync import apply_node_changes, sync_cluster
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +71,93 @@ def watch_cluster(
 ) -> None:
     """Watch the cluster's nodes until ``stop`` is set; errors back off and relist."""
     progress = progress or Progress()
+    pods = None
+    if not cluster.is_dra:
+        pods = threading.Thread(
+            target=watch_pods, args=(cluster, stop),
+            kwargs={"timeout_s": timeout_s, "backoff_s": backoff_s, "progress": progress},
+            name=f"watch-pods-{cluster.slug}", daemon=True,
+        )  # fmt: skip
+        pods.start()
     try:
         _watch(cluster, stop, timeout_s, backoff_s, progress)
     finally:
         connection.close()  # this thread's own database connection
+        if pods is not None:
+            pods.join(timeout_s + 15)
+
+
+def watch_pods(
+    cluster: Cluster,
+    stop: threading.Event,
+    *,
+    timeout_s: int = 60,
+    backoff_s: float = 5.0,
+    progress: Progress | None = None,
+) -> None:
+    """List (a full sync), then watch the cluster's pods until ``stop`` is set. Its progress
+    is its own (``<slug>:pods``): a wedged node or pod thread fails the liveness probe."""
+    progress = progress or Progress()
+    key = pods_key(cluster.slug)
+    version = ""
+    try:
+        while not stop.is_set():
+            progress.mark(key)
+            if not version:
+                version = _relist(cluster)
+                if not version:
+                    stop.wait(backoff_s)
+                    continue
+            try:
+                version = _watch_pods(cluster, stop, version, timeout_s, progress, key)
+            except KubeError as err:
+                why = "version too old (410 Gone)" if err.expired else str(err)
+                log.warning("%s: pod watch: %s; relisting in %.0fs", cluster.slug, why, backoff_s)
+                version = ""
+                stop.wait(0 if err.expired else backoff_s)
+    finally:
+        connection.close()
+
+
+def _relist(cluster: Cluster) -> str:
+    """A full sync; the version its pod list was read at ("" when it failed)."""
+    from .syncdb import SyncBusy
+
+    close_old_connections()
+    try:
+        run = sync_cluster(cluster, trigger="watch")
+    except SyncBusy:
+        return ""
+    return getattr(run, "pods_resource_version", "") if not run.error else ""
+
+
+def pods_key(slug: str) -> str:
+    return f"{slug}:pods"
+
+
+def _watch_pods(
+    cluster: Cluster,
+    stop: threading.Event,
+    version: str,
+    timeout_s: int,
+    progress: Progress,
+    key: str,
+) -> str:
+    """One watch request; returns the version to resume from."""
+    with KubeGateway(cluster) as gw:
+        for kind, obj in gw.watch("pods", version, timeout_seconds=timeout_s):
+            progress.mark(key)
+            if stop.is_set():
+                break
+            version = (obj.get("metadata") or {}).get("resourceVersion") or version
+            if kind == "BOOKMARK":
+                continue
+            close_old_connections()
+            if apply_pod_event(cluster, kind, obj):
+                meta = obj.get("metadata") or {}
+                log.info("%s: pod %s/%s %s", cluster.slug, meta.get("namespace"),
+                         meta.get("name"), kind.lower())  # fmt: skip
+    return version
 
 
 def _watch(
@@ -130,6 +221,7 @@ class Watchers:
                 own_stop.set()
                 del self._running[pk]
                 self.progress.forget(slug)
+                self.progress.forget(pods_key(slug))
                 stopped.append(slug)
         for pk, cluster in wanted.items():
             if pk in self._running or self.stop.is_set():

@@ -287,13 +287,14 @@ class GatewayCore:
     def watch(
         self, kind: str, resource_version: str, *, timeout_seconds: int = 60
     ) -> Iterator[tuple[str, dict[str, Any]]]:
-        """Yield (event type, raw object) of ``nodes`` changes after ``resource_version``.
+        """Yield (event type, raw object) of ``nodes`` or ``pods`` changes after
+        ``resource_version``.
 
         Ends when the server closes the stream (``timeout_seconds``). An ERROR event with
         410 Gone (the version is too old) raises ``KubeError(expired)``: relist, then
         watch again. Bookmarks are passed through so callers can advance their version.
         """
-        fn = {"nodes": self.core.list_node}[kind]
+        fn = {"nodes": self.core.list_node, "pods": self.core.list_pod_for_all_namespaces}[kind]
         try:
             response = fn(
                 watch=True,

@@ -105,8 +105,9 @@ PERMISSIONS: tuple[Permission, ...] = (
         "list",
         "pods",
         feature=f"{_INVENTORY}; pods on a node before a MIG drain",
-        methods=("list_pages", "list_pods"),
+        methods=("list_pages", "list_pods", "watch"),
     ),
+    Permission("watch", "pods", feature=_INVENTORY, methods=("watch",)),
     Permission(
         "list",
         "pods",
