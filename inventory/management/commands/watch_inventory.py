@@ -1,4 +1,5 @@
-"""Watch every enabled cluster's nodes and keep the inventory fresh between full syncs."""
+"""Watch every enabled cluster's nodes and pods and keep the inventory fresh between full
+syncs (inventory/watch.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ STALE_GRACE_S = 60
 
 
 class Command(BaseCommand):
-    help = "Watch nodes of every enabled cluster (runs until SIGINT/SIGTERM)."
+    help = "Watch nodes and pods of every enabled cluster (runs until SIGINT/SIGTERM)."
 
     def add_arguments(self, parser):
         parser.add_argument("--timeout", type=int, default=60, help="seconds per watch request")
@@ -45,7 +46,7 @@ class Command(BaseCommand):
         progress = Progress()
         watchers = Watchers(stop, timeout_s=opts["timeout"], progress=progress)
         watchers.reconcile()
-        self.stdout.write(f"watching nodes of {len(watchers)} cluster(s)")
+        self.stdout.write(f"watching nodes and pods of {len(watchers)} cluster(s)")
         # Liveness (portal/liveness.py): the heartbeat is touched only while every watch
         # thread is making progress.
         limit = opts["stale_after"] or opts["timeout"] + STALE_GRACE_S
@@ -54,7 +55,7 @@ class Command(BaseCommand):
             if time.monotonic() >= next_scan:
                 started, stopped = watchers.reconcile()
                 if started or stopped:
-                    self.stdout.write(f"watching nodes of {len(watchers)} cluster(s) "
+                    self.stdout.write(f"watching nodes and pods of {len(watchers)} cluster(s) "
                                       f"(started {started}, stopped {stopped})")  # fmt: skip
                 next_scan = time.monotonic() + opts["rescan"]
             if progress.stalest_age() <= limit and watchers.healthy():
