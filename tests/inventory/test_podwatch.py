@@ -124,3 +124,76 @@ def test_an_event_applied_twice_writes_once(sim, sim_api, sim_cluster):
     assert apply_pod_event(sim_cluster, "ADDED", cpu) == 0  # not a GPU pod: nothing
     assert apply_pod_event(sim_cluster, "DELETED", raw) > 0
     assert not GpuPod.objects.filter(name="p").exists() and requested("gpu-0") == 0
+
+
+# -- the same on the simulator, where the watch cache's window and bookmark pace are set ----
+
+
+@pytest.fixture
+def small_sim(tmp_path, db):
+    from inventory.models import Cluster
+    from tests import kubesim
+
+    fleet = {"nodes": [{"name": "gpu-0", "gpu": {"product": "NVIDIA-H100-80GB-HBM3", "count": 8}}],
+             "namespaces": [{"name": "lab"}]}  # fmt: skip
+    sim = kubesim.start_simulator(fleet, tmp_path, history_size=20, bookmark_interval_s=0.3)
+    cluster = Cluster.objects.create(slug="small", name="Small", kubeconfig_path=str(
+        sim.kubeconfig_path), auth_method=Cluster.AuthMethod.KUBECONFIG)  # fmt: skip
+    yield sim, cluster
+    sim.stop()
+
+
+def sim_pod(name: str, gpus: int = 1) -> dict:
+    body = pod_body(name, "gpu-0", gpus)
+    body["metadata"]["namespace"] = "lab"
+    return body
+
+
+@pytest.mark.django_db(transaction=True)
+def test_on_the_simulator_a_watch_resumes_where_it_was_and_a_lost_window_is_410(small_sim):
+    from inventory.kube import KubeError
+    from inventory.watch import Progress, _watch_pods
+
+    sim, cluster = small_sim
+    run = sync_cluster(cluster)
+    start = run.pods_resource_version
+    assert run.status == "succeeded" and start
+    # pods that ask for no GPU: nothing written, but the version moves past them
+    for i in range(3):
+        cpu = sim_pod(f"cpu-{i}")
+        cpu["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
+        sim.create("pods", cpu)
+    last = sim.get("pods", "cpu-2", "lab")["metadata"]["resourceVersion"]
+    resumed = _watch_pods(cluster, threading.Event(), start, 2, Progress(), "small:pods")
+    assert int(resumed) >= int(last) > int(start)
+    assert not GpuPod.objects.filter(cluster=cluster).exists()
+    # more pod changes than the watch cache keeps: a watch from the old version is 410 Gone
+    for i in range(25):
+        cpu = sim_pod(f"more-{i}")
+        cpu["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
+        sim.create("pods", cpu)
+    with pytest.raises(KubeError) as gone:
+        _watch_pods(cluster, threading.Event(), start, 2, Progress(), "small:pods")
+    assert gone.value.expired
+
+
+@pytest.mark.django_db(transaction=True)
+def test_on_the_simulator_the_watcher_lists_then_brings_pods_in(small_sim):
+    from inventory.models import SyncRun
+
+    sim, cluster = small_sim
+    stop = threading.Event()
+    thread = threading.Thread(target=watch_pods, args=(cluster, stop),
+                              kwargs={"timeout_s": 1, "backoff_s": 0.2})  # fmt: skip
+    thread.start()
+    try:
+        listed = SyncRun.objects.filter(cluster=cluster, trigger="watch", status="succeeded")
+        wait_for(listed.exists, timeout=10)
+        # created after the list: the watch from its version brings it, whenever it starts
+        sim.create("pods", sim_pod("a", 2))
+        wait_for(lambda: GpuPod.objects.filter(name="a").exists(), timeout=2, interval=0.02)
+        wait_for(lambda: requested("gpu-0") == 2, timeout=2, interval=0.02)
+    finally:
+        stop.set()
+        thread.join(10)
+    assert not thread.is_alive()
