@@ -171,6 +171,15 @@ class KubeAPI:
     def get(self, resource: str, name: str, namespace: str = "") -> dict[str, Any]:
         return self.request("GET", self.resource(resource).path(namespace, name))
 
+    def get_or_none(self, resource: str, name: str, namespace: str = "") -> dict[str, Any] | None:
+        """:meth:`get`, or None when the object does not exist (404)."""
+        try:
+            return self.get(resource, name, namespace)
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
     def list(
         self, resource: str, namespace: str | None = None, **params: Any
     ) -> list[dict[str, Any]]:

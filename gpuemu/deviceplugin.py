@@ -26,7 +26,6 @@ import itertools
 import logging
 from typing import TYPE_CHECKING, Any
 
-from devstack.kubeapi import KubeError
 from gpuemu.watch import Event
 from simcluster.errors import ApiError
 from simcluster.fleet import UNHEALTHY_ANNOTATION, gpu_node_state
@@ -76,7 +75,7 @@ class DevicePlugin:
     # -------------------------------------------------------------- writing
     def health(self, name: str) -> None:
         """allocatable = capacity - unhealthy devices (nvidia.com/gpu, time-slicing replicas)."""
-        node = self._get(name)
+        node = self.api.get_or_none("nodes", name)
         if node is None:
             return
         status = node.get("status") or {}
@@ -96,7 +95,7 @@ class DevicePlugin:
     def publish(self, name: str, config: str, configs: dict[str, Any]) -> None:
         """New capacity/allocatable and MIG labels for ``config`` (port of ``_publish``)."""
         phys = self.emu.mig.physical.get(name)
-        node = self._get(name)
+        node = self.api.get_or_none("nodes", name)
         if phys is None or node is None:
             return
         labels = node["metadata"].get("labels") or {}
@@ -140,11 +139,3 @@ class DevicePlugin:
                 continue
             label_patch[k] = v
         self.api.patch("nodes", name, {"metadata": {"labels": label_patch}})
-
-    def _get(self, name: str) -> dict[str, Any] | None:
-        try:
-            return self.api.get("nodes", name)
-        except KubeError as exc:
-            if exc.status == 404:
-                return None
-            raise

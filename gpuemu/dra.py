@@ -34,7 +34,6 @@ import re
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from devstack.kubeapi import KubeError
 from gpuagent.fake_nvml import PRODUCTS as NVML_PRODUCTS
 from gpuemu.watch import Event
 from simcluster.gpu import PRODUCTS, Layout
@@ -257,22 +256,15 @@ class DraDriver:
         self.emu.queue.add(("dra", name), lambda: self.publish(name), 0.0)
 
     def publish(self, name: str) -> None:
-        try:
-            node = self.api.get("nodes", name)
-        except KubeError as exc:
-            if exc.status == 404:
-                return
-            raise
+        node = self.api.get_or_none("nodes", name)
+        if node is None:
+            return
         devices = node_devices(node, self.emu.mig.applied.get(name))
         if not devices or self.published.get(name) == devices:
             return
-        try:  # a new generation for each change: the scheduler uses the newest one
-            current = self.api.get("resourceslices", slice_name(name))
-            generation = int(current["spec"]["pool"].get("generation", 0)) + 1
-        except KubeError as exc:
-            if exc.status != 404:
-                raise
-            generation = 1
+        # a new generation for each change: the scheduler uses the newest one
+        current = self.api.get_or_none("resourceslices", slice_name(name))
+        generation = int(current["spec"]["pool"].get("generation", 0)) + 1 if current else 1
         self.api.apply(resource_slice(node, devices, generation))
         self.published[name] = devices
         log.info(

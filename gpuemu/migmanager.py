@@ -45,7 +45,6 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from devstack.kubeapi import KubeError
 from gpuemu.watch import Event
 from simcluster.gpu import PRODUCTS, layout_from_entries, product
 from simcluster.gpuoperator import DEFAULT_CONFIGMAP, generated_configs, parse_configs
@@ -310,12 +309,9 @@ class MigManager:
 
     def run(self, name: str, config: str) -> None:
         """reconfigure.go ``Run()`` for one label value."""
-        try:
-            node = self.api.get("nodes", name)
-        except KubeError as exc:
-            if exc.status == 404:
-                return
-            raise
+        node = self.api.get_or_none("nodes", name)
+        if node is None:
+            return
         labels = node["metadata"].get("labels") or {}
         clients = {
             f"nvidia.com/gpu.deploy.{op}": labels.get(f"nvidia.com/gpu.deploy.{op}", "")

@@ -29,14 +29,8 @@ import json
 from dataclasses import dataclass, field, replace
 
 from .models import GPU_RESOURCE, MIG_RESOURCE_PREFIX
-from .parsing import (
-    TERMINAL_PHASES,
-    NodeFacts,
-    PodFacts,
-    parse_quantity,
-    parse_time,
-    pod_gpu_selector,
-)
+from .parsing import TERMINAL_PHASES, NodeFacts, PodFacts, parse_quantity, pod_gpu_selector
+from .parsing import pod_facts as pod_facts_of
 
 DRIVER = "gpu.nvidia.com"
 GENERIC_GPU_CLASS = "gpu.nvidia.com"
@@ -251,9 +245,7 @@ def pod_facts(
     spec = obj.get("spec") or {}
     if not spec.get("resourceClaims"):
         return base
-    status = obj.get("status") or {}
-    phase = status.get("phase") or "Pending"
-    if phase in TERMINAL_PHASES:
+    if ((obj.get("status") or {}).get("phase") or "Pending") in TERMINAL_PHASES:
         return None
     held, gpu_class = inv.pod_usage(obj)
     if not held:
@@ -263,16 +255,4 @@ def pod_facts(
         requests[res] = requests.get(res, 0) + n
     if base is not None:
         return base._replace(requests=requests)
-    meta = obj.get("metadata") or {}
-    return PodFacts(
-        namespace=meta.get("namespace", ""),
-        name=meta.get("name", ""),
-        uid=meta.get("uid", ""),
-        node_name=spec.get("nodeName") or "",
-        phase=phase,
-        requests=requests,
-        priority_class=spec.get("priorityClassName") or "",
-        k8s_created_at=parse_time(meta.get("creationTimestamp")),
-        started_at=parse_time(status.get("startTime")),
-        gpu_selector=dict(selectors.get(gpu_class) or pod_gpu_selector(spec)),
-    )
+    return pod_facts_of(obj, requests, dict(selectors.get(gpu_class) or pod_gpu_selector(spec)))

@@ -298,16 +298,25 @@ def parse_gpu_pod(obj: dict) -> PodFacts | None:
     requests = pod_gpu_requests(spec)
     if not requests:
         return None
-    meta = obj.get("metadata") or {}
+    return pod_facts(obj, requests)
+
+
+def pod_facts(
+    obj: dict, requests: dict[str, int], gpu_selector: dict[str, str] | None = None
+) -> PodFacts:
+    """A pod's facts with the GPU ``requests`` given (its containers', or on a DRA cluster
+    its claims', inventory/dra.py); ``gpu_selector`` defaults to its node selector's."""
+    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    status = obj.get("status") or {}
     return PodFacts(
         namespace=meta.get("namespace", ""),
         name=meta.get("name", ""),
         uid=meta.get("uid", ""),
         node_name=spec.get("nodeName") or "",
-        phase=phase,
+        phase=status.get("phase") or "Pending",
         requests=requests,
         priority_class=spec.get("priorityClassName") or "",
         k8s_created_at=parse_time(meta.get("creationTimestamp")),
         started_at=parse_time(status.get("startTime")),
-        gpu_selector=pod_gpu_selector(spec),
+        gpu_selector=pod_gpu_selector(spec) if gpu_selector is None else gpu_selector,
     )

@@ -25,9 +25,6 @@ from . import podruns
 from .models import Cluster, GpuPod, NamespaceUsage, Node, NodeResource, is_gpu_resource
 from .parsing import parse_gpu_pod
 
-FIELDS = ("uid", "node_id", "node_name", "phase", "priority_class", "requests", "gpu_selector",
-          "started_at")  # fmt: skip
-
 
 @transaction.atomic
 def apply_pod_event(cluster: Cluster, kind: str, obj: dict[str, Any]) -> int:
@@ -45,7 +42,6 @@ def apply_pod_event(cluster: Cluster, kind: str, obj: dict[str, Any]) -> int:
         return 0
     now = timezone.now()
     touched_nodes = {row.node_name} if row is not None and row.node_name else set()
-    written = 1
     if facts is None:  # finished or deleted: its run is recorded with the row's removal
         podruns.delete_ended([row.pk], now)
     else:
@@ -75,7 +71,7 @@ def apply_pod_event(cluster: Cluster, kind: str, obj: dict[str, Any]) -> int:
             GpuPod.objects.filter(pk=row.pk).update(**values)
         if facts.node_name:
             touched_nodes.add(facts.node_name)
-    return written + _node_requested(cluster, touched_nodes) + _namespace_usage(cluster, namespace)
+    return 1 + _node_requested(cluster, touched_nodes) + _namespace_usage(cluster, namespace)
 
 
 def _node_requested(cluster: Cluster, names: set[str]) -> int:

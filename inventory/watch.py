@@ -25,6 +25,7 @@ from .kube import KubeError, KubeGateway
 from .models import Cluster
 from .podwatch import apply_pod_event
 from .sync import apply_node_changes, sync_cluster
+from .syncdb import SyncBusy
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,8 @@ def watch_cluster(
     backoff_s: float = 5.0,
     progress: Progress | None = None,
 ) -> None:
-    """Watch the cluster's nodes until ``stop`` is set; errors back off and relist."""
+    """Watch the cluster's nodes until ``stop`` is set, errors backing off and relisting;
+    its pods in a thread of their own (:func:`watch_pods`), except on a DRA cluster."""
     progress = progress or Progress()
     pods = None
     if not cluster.is_dra:
@@ -112,17 +114,16 @@ def watch_pods(
                 version = _watch_pods(cluster, stop, version, timeout_s, progress, key)
             except KubeError as err:
                 why = "version too old (410 Gone)" if err.expired else str(err)
-                log.warning("%s: pod watch: %s; relisting in %.0fs", cluster.slug, why, backoff_s)
+                wait = 0.0 if err.expired else backoff_s
+                log.warning("%s: pod watch: %s; relisting in %.0fs", cluster.slug, why, wait)
                 version = ""
-                stop.wait(0 if err.expired else backoff_s)
+                stop.wait(wait)
     finally:
         connection.close()
 
 
 def _relist(cluster: Cluster) -> str:
     """A full sync; the version its pod list was read at ("" when it failed)."""
-    from .syncdb import SyncBusy
-
     close_old_connections()
     try:
         run = sync_cluster(cluster, trigger="watch")

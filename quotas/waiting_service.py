@@ -82,7 +82,12 @@ def _read(namespaces: list[TeamNamespace], now: datetime):
     for cluster, nss in sorted(by_cluster.items(), key=lambda kv: kv[0].name):
         try:
             gw = KubeGateway(cluster, retries=0, timeout=READ_TIMEOUT_S)
-            classes = gw.list_device_classes() if cluster.is_dra else []
+            classes, selectors = [], {}
+            if cluster.is_dra:
+                classes = gw.list_device_classes()
+                selectors = dict(
+                    GpuClass.objects.filter(cluster=cluster).values_list("slug", "selector")
+                )
             for ns in nss:
                 workloads = None
                 if cluster.is_kueue:
@@ -90,7 +95,7 @@ def _read(namespaces: list[TeamNamespace], now: datetime):
                 pods = gw.list_pending_pods(ns.name)
                 dra = None
                 if cluster.is_dra:
-                    dra = _dra_view(cluster, pods, gw.list_resource_claims(ns.name), classes)
+                    dra = _dra_view(pods, gw.list_resource_claims(ns.name), classes, selectors)
                 found[ns.pk] = findings(pods, gw.list_events(ns.name), workloads, now, dra)
                 _place(gw, ns.name, found[ns.pk])
         except KubeError as err:
@@ -100,14 +105,16 @@ def _read(namespaces: list[TeamNamespace], now: datetime):
     return found, unreadable
 
 
-def _dra_view(cluster, pods: list[dict], claims: list[dict], classes: list[dict]) -> DraView:
+def _dra_view(
+    pods: list[dict], claims: list[dict], classes: list[dict], selectors: dict[str, dict]
+) -> DraView:
     """What the namespace's claims ask for per Pending pod, and what each DeviceClass quota
-    key counts (inventory/dra.py reads the claims; quotas/dra.py names the keys)."""
+    key counts (inventory/dra.py reads the claims; quotas/dra.py names the keys);
+    ``selectors``: the cluster's class selectors by slug."""
     from inventory import dra as inventory_dra
 
     from .dra import quota_key
 
-    selectors = dict(GpuClass.objects.filter(cluster=cluster).values_list("slug", "selector"))
     inv = inventory_dra.read([], claims, classes)
     usage = {}
     for pod in pods:

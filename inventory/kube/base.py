@@ -258,16 +258,23 @@ class GatewayCore:
         whether to restart the list (a half-read list is not a consistent snapshot).
         """
         fn = {"nodes": self.core.list_node, "pods": self.core.list_pod_for_all_namespaces}[kind]
+        params: dict[str, Any] = {}
+        if field_selector:
+            params["field_selector"] = field_selector
+        if label_selector:
+            params["label_selector"] = label_selector
+        return self._paged(fn, limit=limit, **params)
+
+    def _paged(
+        self, fn: Callable[..., Any], *, limit: int = 500, **params: Any
+    ) -> Iterator[ListPage]:
+        """Every page of one list call (``fn`` of the typed client), continue token to token."""
         token: str | None = None
         while True:
-            params: dict[str, Any] = {"limit": limit}
+            page_params = dict(params, limit=limit)
             if token:
-                params["_continue"] = token
-            if field_selector:
-                params["field_selector"] = field_selector
-            if label_selector:
-                params["label_selector"] = label_selector
-            body = self._json(fn, **params)
+                page_params["_continue"] = token
+            body = self._json(fn, **page_params)
             meta = body.get("metadata") or {}
             token = meta.get("continue") or None
             yield ListPage(

@@ -23,17 +23,7 @@ class DraCalls:
         return client.ResourceV1Api(self.api_client)
 
     def _list_all(self, fn, **kwargs: Any) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = []
-        token = None
-        while True:
-            params = dict(kwargs, limit=500)
-            if token:
-                params["_continue"] = token
-            body = self._json(fn, **params)
-            items += body.get("items") or []
-            token = (body.get("metadata") or {}).get("continue")
-            if not token:
-                return items
+        return [item for page in self._paged(fn, **kwargs) for item in page.items]
 
     def list_resource_slices(self) -> list[dict[str, Any]] | None:
         """Every ResourceSlice; None when the cluster does not serve ``resource.k8s.io/v1``."""

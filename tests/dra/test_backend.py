@@ -17,7 +17,7 @@ from quotas.apply import run_operation
 from quotas.models import Operation
 from quotas.services import RequestData
 from tests import kubesim
-from tests.dra.test_driver import FLEET, claim, pod_with_claim
+from tests.dra.test_driver import FLEET, claim, pod_with_claim, running
 from tests.quotas.builders import make_namespace, make_team, make_user
 
 pytestmark = pytest.mark.django_db
@@ -94,10 +94,7 @@ def test_a_grant_is_enforced_per_model_by_the_api_server(dra_cluster):
     # within the grant: allocated on an H100 node, the pod runs, the inventory sees it
     api.create("resourceclaims", claim("two", h100_dc, 2), "team")
     api.create("pods", pod_with_claim("train", "two"), "team")
-    wait_for(
-        lambda: api.get("pods", "train", "team")["status"].get("phase") == "Running",
-        what="train Running",
-    )
+    running(api, "train")
     assert api.get("pods", "train", "team")["spec"]["nodeName"] == "h100-0"
     assert sync_cluster(k["cluster"]).status == "succeeded"
     pod = GpuPod.objects.get(cluster=k["cluster"], name="train")
@@ -166,10 +163,7 @@ def test_mig_devices_per_profile_a_grant_that_ends_and_the_figures(dra_cluster):
     }  # fmt: skip
     api.create("resourceclaims", claim("slices", mig_dc, 2), "team")
     api.create("pods", pod_with_claim("notebook", "slices"), "team")
-    wait_for(
-        lambda: api.get("pods", "notebook", "team")["status"].get("phase") == "Running",
-        what="notebook Running",
-    )
+    running(api, "notebook")
     assert api.get("pods", "notebook", "team")["spec"]["nodeName"] == "mig-0"
     with pytest.raises(KubeError) as beyond:
         api.create("resourceclaims", claim("more", mig_dc, 2), "team")
@@ -267,10 +261,7 @@ def test_why_a_claim_waits_in_the_clusters_words(dra_cluster, client):
     api.create("namespaces", {"metadata": {"name": "other"}})
     api.create("resourceclaims", claim("six", h100_dc, 6), "other")
     api.create("pods", pod_with_claim("big", "six"), "other")
-    wait_for(
-        lambda: api.get("pods", "big", "other")["status"].get("phase") == "Running",
-        what="big Running",
-    )
+    running(api, "big", "other")
     template = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
                 "metadata": {"name": "five"},
                 "spec": {"spec": claim("x", h100_dc, 5)["spec"]}}  # fmt: skip
@@ -352,10 +343,7 @@ def test_the_snippet_shown_for_a_grant_runs_on_its_class(dra_cluster):
     spec["containers"][0]["image"] = "cuda"
     api.create("pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "snippet"},
                         "spec": spec}, "team")  # fmt: skip
-    pod = wait_for(
-        lambda: (p := api.get("pods", "snippet", "team"))["status"].get("phase") == "Running" and p,
-        what="the snippet's pod Running",
-    )
+    pod = running(api, "snippet")
     assert pod["spec"]["nodeName"].startswith("h100-")
 
 

@@ -48,6 +48,14 @@ def pod_with_claim(name: str, claim_name: str) -> dict:
                                      "resources": {"claims": [{"name": "gpus"}]}}]}}  # fmt: skip
 
 
+def running(api, name: str, namespace: str = "team") -> dict:
+    """The pod once its kubelet (kwok) runs it."""
+    return wait_for(
+        lambda: (p := api.get("pods", name, namespace))["status"].get("phase") == "Running" and p,
+        what=f"{namespace}/{name} Running",
+    )
+
+
 def attr(device: dict, key: str):
     value = device["attributes"][key]
     return next(iter(value.values()))
@@ -111,10 +119,7 @@ def test_the_scheduler_allocates_a_model_and_quota_counts_devices_per_class(clus
     )
     api.create("resourceclaims", claim("two", "h100", 2), "team")
     api.create("pods", pod_with_claim("train", "two"), "team")
-    pod = wait_for(
-        lambda: (p := api.get("pods", "train", "team"))["status"].get("phase") == "Running" and p,
-        what="train Running",
-    )
+    pod = running(api, "train")
     assert pod["spec"]["nodeName"] == "h100-0"
     allocated = api.get("resourceclaims", "two", "team")["status"]
     assert {(r["pool"], r["driver"]) for r in allocated["allocation"]["devices"]["results"]} == {
@@ -154,12 +159,7 @@ def test_a_mig_claim_by_profile_and_a_reconfigured_node_republished(cluster):
     api.create("deviceclasses", device_class("a100-1g10gb", expression))
     api.create("resourceclaims", claim("slice", "a100-1g10gb", 1), "team")
     api.create("pods", pod_with_claim("notebook", "slice"), "team")
-    pod = wait_for(
-        lambda: (
-            (p := api.get("pods", "notebook", "team"))["status"].get("phase") == "Running" and p
-        ),
-        what="notebook Running",
-    )
+    pod = running(api, "notebook")
     assert pod["spec"]["nodeName"] == "mig-0"
     [result] = api.get("resourceclaims", "slice", "team")["status"]["allocation"]["devices"][
         "results"

@@ -9,15 +9,12 @@ refuses. Idempotent: grants only on a fresh cluster row, existing pods are kept.
 
 from __future__ import annotations
 
-from datetime import timedelta
-
-from django.utils import timezone
-
 from inventory.models import Cluster, GpuClass
 from inventory.sync import sync_cluster
 
+from ._seed_clusters import PRODUCT, approve_grants, connect
+
 SLUG = "dra"
-PRODUCT = "nvidia.com/gpu.product"
 H100, A100 = "NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB"
 GPU, MIG = "nvidia.com/gpu", "nvidia.com/mig-3g.40gb"
 # team slug, namespace, [(product, resource, amount, days or None, why)]
@@ -35,44 +32,19 @@ WORKLOADS = [
 
 def seed(stdout, portal_kubeconfig: str, admin_kubeconfig: str, admin) -> Cluster | None:
     from devstack.demo_dra import create
-    from quotas import dra, services
+    from quotas import dra
     from quotas.apply import run_operation
-    from quotas.models import Grant, Operation, Team, TeamNamespace
+    from quotas.models import Operation
 
-    cluster, _ = Cluster.objects.update_or_create(
-        slug=SLUG,
-        defaults={
-            "name": "DRA cluster (emulated GPUs, Dynamic Resource Allocation)",
-            "description": "The third cluster of `make demo`: GPUs are DRA devices and each "
-            "GPU class is a DeviceClass the team quotas count.",
-            "auth_method": Cluster.AuthMethod.KUBECONFIG,
-            "kubeconfig_path": portal_kubeconfig,
-            "kubeconfig_context": "",
-            "enforcement": Cluster.Enforcement.DRA,
-        },
-    )
-    run = sync_cluster(cluster, trigger="seed")
-    if run.error:
-        stdout.write(f"first sync of {SLUG} failed ({run.error}); its grants are skipped")
+    cluster, synced = connect(
+        stdout, SLUG, "DRA cluster (emulated GPUs, Dynamic Resource Allocation)",
+        "The third cluster of `make demo`: GPUs are DRA devices and each GPU class is a "
+        "DeviceClass the team quotas count.",
+        portal_kubeconfig, Cluster.Enforcement.DRA,
+    )  # fmt: skip
+    if not synced:
         return cluster
-    namespaces = {}
-    for slug, namespace, _ in GRANTS:
-        namespaces[slug], _ = TeamNamespace.objects.get_or_create(
-            cluster=cluster, name=namespace, defaults={"team": Team.objects.get(slug=slug)}
-        )
-    if not Grant.objects.filter(namespace__cluster=cluster).exists():
-        now = timezone.now()
-        for slug, _, grants in GRANTS:
-            ns = namespaces[slug]
-            member = ns.team.memberships.order_by("role").first().user
-            for product, resource, amount, days, why in grants:
-                cls = GpuClass.objects.get(cluster=cluster, selector={PRODUCT: product})
-                data = services.RequestData(
-                    team=ns.team, namespace=ns, resource=resource, amount=amount,
-                    gpu_class=cls, justification=why,
-                    ends_at=now + timedelta(days=days) if days else None,
-                )  # fmt: skip
-                services.approve(services.submit(member, data), admin)
+    approve_grants(cluster, GRANTS, admin)
     from quotas.tasks import reconcile_quotas
 
     reconcile_quotas()  # a restarted cluster lost its DeviceClasses: the drift check re-applies

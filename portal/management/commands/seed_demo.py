@@ -171,22 +171,17 @@ class Command(BaseCommand):
             self._teams(cluster, admin, with_requests=not run.error)
         clusters = [cluster] if not run.error else []
         weights(cluster)
-        if opts["kueue_kubeconfig"] and opts["kueue_admin_kubeconfig"]:
-            from ._seed_kueue import seed
+        from . import _seed_dra, _seed_kueue
 
+        for option, module in (("kueue", _seed_kueue), ("dra", _seed_dra)):
+            portal_kc, admin_kc = opts[f"{option}_kubeconfig"], opts[f"{option}_admin_kubeconfig"]
+            if not (portal_kc and admin_kc):
+                continue
             with override_settings(EMAIL_BACKEND="django.core.mail.backends.dummy.EmailBackend"):
-                kueue = seed(self.stdout, os.path.abspath(opts["kueue_kubeconfig"]),
-                             os.path.abspath(opts["kueue_admin_kubeconfig"]), admin)  # fmt: skip
-            clusters.append(kueue)
-            weights(kueue)
-        if opts["dra_kubeconfig"] and opts["dra_admin_kubeconfig"]:
-            from ._seed_dra import seed as seed_dra
-
-            with override_settings(EMAIL_BACKEND="django.core.mail.backends.dummy.EmailBackend"):
-                on_dra = seed_dra(self.stdout, os.path.abspath(opts["dra_kubeconfig"]),
-                                  os.path.abspath(opts["dra_admin_kubeconfig"]), admin)  # fmt: skip
-            clusters.append(on_dra)
-            weights(on_dra)
+                other = module.seed(self.stdout, os.path.abspath(portal_kc),
+                                    os.path.abspath(admin_kc), admin)  # fmt: skip
+            clusters.append(other)
+            weights(other)
         if fresh and opts["history_days"] > 0:
             start = timezone.now() - timedelta(days=opts["history_days"])
             held_since(start)
