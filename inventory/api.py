@@ -62,6 +62,14 @@ class PreflightReportSerializer(serializers.Serializer):
 
 class ClusterSerializer(serializers.ModelSerializer):
     is_stale = serializers.BooleanField(read_only=True)
+    data_as_of = serializers.DateTimeField(
+        read_only=True, allow_null=True,
+        help_text="until when the inventory is known complete: the last good full sync, or "
+        "later where the watcher has kept it current since; null before any good sync",
+    )  # fmt: skip
+    is_watched = serializers.BooleanField(
+        read_only=True, help_text="a watch keeps nodes and pods current between full syncs"
+    )
     node_count = serializers.IntegerField(read_only=True)
     # Blank until set (no URL: kubeconfig or in-cluster; no preflight run yet).
     api_url = serializers.CharField(
@@ -77,11 +85,11 @@ class ClusterSerializer(serializers.ModelSerializer):
         model = Cluster
         fields = [
             "id", "slug", "name", "description", "auth_method", "sync_enabled", "sync_status",
-            "is_stale", "last_sync_at", "last_success_at", "last_error", "server_version",
-            "node_count", "kubeconfig_path", "kubeconfig_context", "api_url",
-            "bearer_token_file", "verify_tls", "preflight_namespaces", "preflight_status",
-            "preflight_at", "missing_permissions", "permissions_checked_at", "preflight",
-            "enforcement",
+            "is_stale", "data_as_of", "is_watched", "last_sync_at", "last_success_at",
+            "last_error", "server_version", "node_count", "kubeconfig_path", "kubeconfig_context",
+            "api_url", "bearer_token_file", "verify_tls", "preflight_namespaces",
+            "preflight_status", "preflight_at", "missing_permissions", "permissions_checked_at",
+            "preflight", "enforcement",
         ]  # fmt: skip
         read_only_fields = fields
         extra_kwargs = {

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -79,6 +79,9 @@ class Cluster(models.Model):
     )
     last_sync_at = models.DateTimeField(null=True, blank=True)
     last_success_at = models.DateTimeField(null=True, blank=True)
+    # When the watcher (inventory/watch.py) last confirmed that every change of nodes and
+    # pods up to then is in the portal: between full syncs the data is as of this.
+    watched_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
     server_version = models.CharField(max_length=50, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
@@ -139,15 +142,37 @@ class Cluster(models.Model):
             raise ValidationError(errors)
 
     @property
+    def data_as_of(self) -> datetime | None:
+        """Until when the inventory is known complete: the last good full sync, or later
+        where a watch has kept it current since (None before any good sync)."""
+        if self.last_success_at is None:
+            return None
+        if self.watched_at is not None and self.watched_at > self.last_success_at:
+            return self.watched_at
+        return self.last_success_at
+
+    @property
+    def is_watched(self) -> bool:
+        """A watch keeps the data current (it confirmed so within INVENTORY_STALE_AFTER)."""
+        return (
+            self.watched_at is not None
+            and self.last_success_at is not None
+            and self.watched_at > self.last_success_at
+            and timezone.now() - self.watched_at <= settings.INVENTORY_STALE_AFTER
+        )
+
+    @property
     def is_stale(self) -> bool:
-        """Data is stale when the last sync failed or the last good one is too old."""
-        if self.last_success_at is None or self.sync_status == self.SyncStatus.FAILED:
+        """Data is stale when the last sync failed or the data is older than
+        INVENTORY_STALE_AFTER (a full sync that old and no watch since)."""
+        if self.data_as_of is None or self.sync_status == self.SyncStatus.FAILED:
             return True
-        return timezone.now() - self.last_success_at > settings.INVENTORY_STALE_AFTER
+        return timezone.now() - self.data_as_of > settings.INVENTORY_STALE_AFTER
 
     @property
     def sync_age(self) -> timedelta | None:
-        return None if self.last_success_at is None else timezone.now() - self.last_success_at
+        """How old the data is (see :attr:`data_as_of`)."""
+        return None if self.data_as_of is None else timezone.now() - self.data_as_of
 
     @property
     def enforces_classes(self) -> bool:
@@ -194,6 +219,9 @@ class SyncRun(models.Model):
     rows_deleted = models.PositiveIntegerField(default=0)
     nodes_gone = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True)
+    # The resourceVersions its node and pod lists were read at: where watches start from.
+    nodes_version = models.CharField(max_length=64, blank=True)
+    pods_version = models.CharField(max_length=64, blank=True)
 
     class Meta:
         ordering = ["-started_at"]

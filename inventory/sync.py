@@ -102,8 +102,9 @@ def sync_cluster(
                 version = gw.version()
                 syncer = _Syncer(cluster, gw, stats, page_size, progress)
                 syncer.run()
-                # where a pod watch takes over from this list (inventory/podwatch.py)
-                run.pods_resource_version = syncer.pods_resource_version
+                # where the watches take over from these lists (inventory/watch.py)
+                run.nodes_version = syncer.nodes_resource_version
+                run.pods_version = syncer.pods_resource_version
             finally:
                 if gateway is None:
                     gw.close()
@@ -188,13 +189,15 @@ class _Syncer:
             )
         }
         self.seen_nodes: set[str] = set()
-        self.pods_resource_version = ""  # of the pod list's first page: its snapshot
+        # of each list's pages: the snapshot it was read at
+        self.nodes_resource_version = self.pods_resource_version = ""
         # On a DRA cluster the GPUs are the driver's devices (inventory/dra.py), read first.
         self.dra: dra.DraInventory | None = None
         self.class_selectors: dict[str, dict] = {}
-        # A pod gone now was last seen running by the last complete sync: its run ends
-        # there (podruns.py), so a sync that stopped for a day does not count that day.
-        self.last_seen = cluster.last_success_at or self.now
+        # A pod gone now was last seen running when the data was last known complete (the
+        # last good sync or watch): its run ends there (podruns.py), so a sync that stopped
+        # for a day does not count that day.
+        self.last_seen = cluster.data_as_of or self.now
 
     def run(self) -> None:
         with gc_paused(), async_commit():
@@ -251,7 +254,11 @@ class _Syncer:
     # -- nodes ------------------------------------------------------------------------
 
     def _sync_nodes(self) -> None:
-        self._pages("nodes", self._node_page)
+        def handle(page: ListPage) -> None:
+            self.nodes_resource_version = page.resource_version
+            self._node_page(page)
+
+        self._pages("nodes", handle)
 
     def _node_page(self, page: ListPage) -> None:
         new: list[tuple[dict, NodeFacts]] = []

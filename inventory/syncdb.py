@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -113,17 +114,30 @@ def async_commit() -> Iterator[None]:
             cur.execute("RESET synchronous_commit")
 
 
-class cluster_lock:
-    """A Postgres session advisory lock per cluster: two syncs never interleave."""
+def lock_key(cluster: Cluster) -> int:
+    """The cluster's advisory lock key (syncs hold it, watch events hold it shared)."""
+    return int(cluster.pk.int % (2**63 - 1))
 
-    def __init__(self, cluster: Cluster) -> None:
-        self.key = int(cluster.pk.int % (2**63 - 1))
+
+class cluster_lock:
+    """A Postgres session advisory lock per cluster: two syncs never interleave, and no
+    watch event is applied while a sync runs (inventory/watch.py holds it shared for the
+    few milliseconds of each event: the sync waits up to ``wait_s`` for those)."""
+
+    def __init__(self, cluster: Cluster, wait_s: float = 2.0) -> None:
+        self.key = lock_key(cluster)
+        self.wait_s = wait_s
 
     def __enter__(self) -> None:
+        deadline = time.monotonic() + self.wait_s
         with connection.cursor() as cur:
-            cur.execute("SELECT pg_try_advisory_lock(%s)", [self.key])
-            if not cur.fetchone()[0]:
-                raise SyncBusy("another sync of this cluster is running")
+            while True:
+                cur.execute("SELECT pg_try_advisory_lock(%s)", [self.key])
+                if cur.fetchone()[0]:
+                    return
+                if time.monotonic() >= deadline:
+                    raise SyncBusy("another sync of this cluster is running")
+                time.sleep(0.05)
 
     def __exit__(self, *exc: object) -> None:
         with connection.cursor() as cur:

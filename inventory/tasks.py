@@ -16,10 +16,17 @@ from .syncdb import SyncBusy
 log = logging.getLogger(__name__)
 
 
+def clusters_to_sync() -> list:
+    """The enabled clusters the watcher does not keep current (it relists those itself
+    every INVENTORY_RESYNC_INTERVAL, inventory/watch.py)."""
+    clusters = Cluster.objects.filter(sync_enabled=True).only("id", "watched_at", "last_success_at")
+    return [c.pk for c in clusters if not c.is_watched]
+
+
 @shared_task(ignore_result=True)
 def sync_all_clusters() -> int:
-    """Enqueue a sync for every enabled cluster; returns how many were enqueued."""
-    ids = list(Cluster.objects.filter(sync_enabled=True).values_list("id", flat=True))
+    """Enqueue a sync for every cluster of :func:`clusters_to_sync`; returns how many."""
+    ids = clusters_to_sync()
     for cluster_id in ids:
         sync_cluster_task.delay(str(cluster_id))
     return len(ids)

@@ -1,16 +1,25 @@
-"""Keep nodes and pods fresh between full syncs by watching them.
+"""Keep nodes and pods current by list-then-watch, per cluster, in the watcher process.
 
-A full sync every ``INVENTORY_SYNC_INTERVAL`` stays the source of truth (it also sees
-vanished nodes reliably); a watch is cheap and brings changes in within a second. It runs
-as a long-lived process (``manage.py watch_inventory``), a node thread and a pod thread per
-cluster, because a Celery task should not hold a worker for minutes.
+A full sync (inventory/sync.py) is the list: it records the resourceVersion each of its
+node and pod lists was read at (``SyncRun.nodes_version``, ``pods_version``), and a node
+thread and a pod thread per cluster watch from there, applying each event at once
+(:func:`inventory.sync.apply_node_changes`, :func:`inventory.podwatch.apply_pod_event`) and
+keeping the version the stream reached, bookmarks included, so a watch the server ends
+after ``timeout_s`` resumes where it was. A relist (a full sync) happens only when the
+version is too old (410 Gone, at once) or the stream broke (after ``backoff_s``), and every
+``INVENTORY_RESYNC_INTERVAL`` as a safety net; the pod thread also tells the portal the
+data is current (``Cluster.watched_at``), so the periodic sync leaves the cluster alone.
 
-Pods are list-then-watch: a full sync is the list, its pod list's resourceVersion where
-the watch starts, each event applied at once (inventory/podwatch.py) and its version kept,
-bookmarks included, so a watch the server ends after ``timeout_s`` resumes where it was. A
-relist (a full sync) happens only when the version is too old (410 Gone) or the stream
-broke, after ``backoff_s``. DRA clusters' pods are left to the full sync (their claims say
-what they hold).
+Lists and events never interleave: every sync holds the cluster's advisory lock
+(inventory/syncdb.py ``cluster_lock``) and each event is applied holding it shared; an event
+that finds a newer sync than its stream started from is dropped and the stream restarts
+from that sync's version, because the list already holds everything the stream had
+delivered up to it. So a "Sync now", a beat sync or the other thread's relist is safe
+while watches run.
+
+It runs as a long-lived process (``manage.py watch_inventory``) because a Celery task
+should not hold a worker for minutes. DRA clusters' pods are left to the periodic full
+sync (what a pod holds there is in its claims, which a pod event does not carry).
 """
 
 from __future__ import annotations
@@ -18,14 +27,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
 
-from django.db import close_old_connections, connection
+from django.conf import settings
+from django.db import DatabaseError, close_old_connections, connection, transaction
+from django.utils import timezone
 
 from .kube import KubeError, KubeGateway
-from .models import Cluster
+from .models import Cluster, SyncRun
 from .podwatch import apply_pod_event
 from .sync import apply_node_changes, sync_cluster
-from .syncdb import SyncBusy
+from .syncdb import SyncBusy, lock_key
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +48,11 @@ CONNECTION_FIELDS = (
     "auth_method", "kubeconfig_path", "kubeconfig_context", "api_url", "bearer_token",
     "bearer_token_file", "ca_cert", "verify_tls",
 )  # fmt: skip
+# ``Cluster.watched_at`` is written at most this often (and twice per watch request at
+# least): far within INVENTORY_STALE_AFTER, while an event can come every millisecond.
+MARK_EVERY_S = 10.0
+# A thread whose relist finds another sync running looks again after this long.
+BUSY_RETRY_S = 1.0
 
 
 class Progress:
@@ -55,11 +74,21 @@ class Progress:
         with self._lock:
             self._last.pop(slug, None)
 
+    def age(self, key: str) -> float | None:
+        """Seconds since ``key``'s last progress (None: not tracked)."""
+        with self._lock:
+            last = self._last.get(key)
+        return None if last is None else time.monotonic() - last
+
     def stalest_age(self) -> float:
         """Seconds since the least recent progress of any thread (0 without threads)."""
         with self._lock:
             oldest = min(self._last.values(), default=None)
         return 0.0 if oldest is None else time.monotonic() - oldest
+
+
+class Resynced(Exception):
+    """A sync finished after this stream's list: restart from that sync's version."""
 
 
 def watch_cluster(
@@ -70,21 +99,22 @@ def watch_cluster(
     backoff_s: float = 5.0,
     progress: Progress | None = None,
 ) -> None:
-    """Watch the cluster's nodes until ``stop`` is set, errors backing off and relisting;
-    its pods in a thread of their own (:func:`watch_pods`), except on a DRA cluster."""
+    """Watch the cluster's nodes until ``stop`` is set, and its pods in a thread of their own
+    (:func:`watch_pods`), except on a DRA cluster."""
     progress = progress or Progress()
+    began = timezone.now()
     pods = None
     if not cluster.is_dra:
         pods = threading.Thread(
             target=watch_pods, args=(cluster, stop),
-            kwargs={"timeout_s": timeout_s, "backoff_s": backoff_s, "progress": progress},
+            kwargs={"timeout_s": timeout_s, "backoff_s": backoff_s, "progress": progress,
+                    "began": began, "nodes_key": cluster.slug},
             name=f"watch-pods-{cluster.slug}", daemon=True,
         )  # fmt: skip
         pods.start()
     try:
-        _watch(cluster, stop, timeout_s, backoff_s, progress)
+        _Follower(cluster, "nodes", stop, timeout_s, backoff_s, progress, began).run()
     finally:
-        connection.close()  # this thread's own database connection
         if pods is not None:
             pods.join(timeout_s + 15)
 
@@ -96,98 +126,173 @@ def watch_pods(
     timeout_s: int = 60,
     backoff_s: float = 5.0,
     progress: Progress | None = None,
+    began: datetime | None = None,
+    nodes_key: str | None = None,
 ) -> None:
     """List (a full sync), then watch the cluster's pods until ``stop`` is set. Its progress
-    is its own (``<slug>:pods``): a wedged node or pod thread fails the liveness probe."""
-    progress = progress or Progress()
-    key = pods_key(cluster.slug)
-    version = ""
-    try:
-        while not stop.is_set():
-            progress.mark(key)
-            if not version:
-                version = _relist(cluster)
-                if not version:
-                    stop.wait(backoff_s)
-                    continue
-            try:
-                version = _watch_pods(cluster, stop, version, timeout_s, progress, key)
-            except KubeError as err:
-                why = "version too old (410 Gone)" if err.expired else str(err)
-                wait = 0.0 if err.expired else backoff_s
-                log.warning("%s: pod watch: %s; relisting in %.0fs", cluster.slug, why, wait)
-                version = ""
-                stop.wait(wait)
-    finally:
-        connection.close()
-
-
-def _relist(cluster: Cluster) -> str:
-    """A full sync; the version its pod list was read at ("" when it failed)."""
-    close_old_connections()
-    try:
-        run = sync_cluster(cluster, trigger="watch")
-    except SyncBusy:
-        return ""
-    return getattr(run, "pods_resource_version", "") if not run.error else ""
+    is its own (``<slug>:pods``): a wedged node or pod thread fails the liveness probe. It
+    marks the cluster's data current while the node thread (``nodes_key``) is fresh too."""
+    follower = _Follower(cluster, "pods", stop, timeout_s, backoff_s, progress or Progress(),
+                         began or timezone.now(), nodes_key=nodes_key)  # fmt: skip
+    follower.run()
 
 
 def pods_key(slug: str) -> str:
     return f"{slug}:pods"
 
 
-def _watch_pods(
-    cluster: Cluster,
-    stop: threading.Event,
-    version: str,
-    timeout_s: int,
-    progress: Progress,
-    key: str,
-) -> str:
-    """One watch request; returns the version to resume from."""
-    with KubeGateway(cluster) as gw:
-        for kind, obj in gw.watch("pods", version, timeout_seconds=timeout_s):
-            progress.mark(key)
-            if stop.is_set():
-                break
-            version = (obj.get("metadata") or {}).get("resourceVersion") or version
-            if kind == "BOOKMARK":
-                continue
-            close_old_connections()
-            if apply_pod_event(cluster, kind, obj):
-                meta = obj.get("metadata") or {}
-                log.info("%s: pod %s/%s %s", cluster.slug, meta.get("namespace"),
-                         meta.get("name"), kind.lower())  # fmt: skip
-    return version
+class _Follower:
+    """List-then-watch of one kind (``nodes`` or ``pods``) of one cluster."""
 
+    def __init__(
+        self,
+        cluster: Cluster,
+        kind: str,
+        stop: threading.Event,
+        timeout_s: int,
+        backoff_s: float,
+        progress: Progress,
+        began: datetime,
+        nodes_key: str | None = None,
+    ) -> None:
+        self.cluster, self.kind, self.stop = cluster, kind, stop
+        self.timeout_s, self.backoff_s, self.progress = timeout_s, backoff_s, progress
+        # Lists from before this watcher started are not trusted to be in its window.
+        self.began = began
+        self.key = pods_key(cluster.slug) if kind == "pods" else cluster.slug
+        self.nodes_key = nodes_key
+        self.apply: Callable[[str, dict[str, Any]], int] = (
+            self._apply_pod if kind == "pods" else self._apply_node
+        )
+        self.epoch: int | None = None  # the SyncRun this stream's list came from
+        self.version = ""
+        self.relist_wanted = True
+        self.marked = 0.0
 
-def _watch(
-    cluster: Cluster, stop: threading.Event, timeout_s: int, backoff_s: float, progress: Progress
-) -> None:
-    while not stop.is_set():
-        progress.mark(cluster.slug)
+    def run(self) -> None:
         try:
-            with KubeGateway(cluster) as gw:
-                version = gw.list_resource_version("nodes")
-                progress.mark(cluster.slug)
-                for kind, obj in gw.watch("nodes", version, timeout_seconds=timeout_s):
-                    progress.mark(cluster.slug)
-                    if stop.is_set():
-                        break
-                    close_old_connections()
-                    name = (obj.get("metadata") or {}).get("name", "")
-                    if kind in ("ADDED", "MODIFIED"):
-                        written = apply_node_changes(cluster, [obj], [])
-                    elif kind == "DELETED":
-                        written = apply_node_changes(cluster, [], [name])
-                    else:  # BOOKMARK
+            while not self.stop.is_set():
+                self.progress.mark(self.key)
+                try:
+                    if not self._start_point():
                         continue
+                    self._stream()
+                except Resynced:
+                    continue
+                except KubeError as err:
+                    why = "version too old (410 Gone)" if err.expired else str(err)
+                    wait = 0.0 if err.expired else self.backoff_s
+                    log.warning("%s: %s watch: %s; relisting in %.0fs", self.cluster.slug,
+                                self.kind, why, wait)  # fmt: skip
+                    self.relist_wanted = True
+                    self.stop.wait(wait)
+                except DatabaseError as err:  # Postgres away: what was applied is kept
+                    log.warning("%s: %s watch: database: %s; relisting in %.0fs",
+                                self.cluster.slug, self.kind, err, self.backoff_s)  # fmt: skip
+                    connection.close()
+                    self.relist_wanted = True
+                    self.stop.wait(self.backoff_s)
+        finally:
+            connection.close()  # this thread's own database connection
+
+    def _start_point(self) -> bool:
+        """Pick the version to watch from: a newer list's, or our own stream's; relist
+        when there is none. False: nothing to start from yet (waited)."""
+        close_old_connections()
+        run = _latest_run(self.cluster)
+        usable = (
+            run is not None
+            and run.status == SyncRun.Status.SUCCEEDED
+            and run.finished_at is not None
+            and run.finished_at >= self.began
+            and bool(getattr(run, f"{self.kind}_version"))
+        )
+        newer = usable and run.pk != self.epoch
+        due = (
+            self.kind == "pods"
+            and usable
+            and timezone.now() - run.finished_at
+            > timedelta(seconds=settings.INVENTORY_RESYNC_INTERVAL)
+        )
+        if not usable or due or (self.relist_wanted and not newer):
+            try:
+                run = sync_cluster(self.cluster, trigger="watch")
+            except SyncBusy:  # another sync runs: its list will serve
+                self.stop.wait(BUSY_RETRY_S)
+                return False
+            if run.error:
+                self.stop.wait(self.backoff_s)
+                return False
+            newer = True
+        if newer:
+            self.epoch, self.version = run.pk, getattr(run, f"{self.kind}_version")
+            self.relist_wanted = False
+            self._mark_current(force=True)
+        return True
+
+    def _stream(self) -> None:
+        """One watch request from ``self.version``; keeps the version it reaches."""
+        with KubeGateway(self.cluster) as gw:
+            for kind, obj in gw.watch(self.kind, self.version, timeout_seconds=self.timeout_s):
+                self.progress.mark(self.key)
+                if self.stop.is_set():
+                    break
+                if kind != "BOOKMARK":
+                    close_old_connections()
+                    with transaction.atomic():
+                        self._hold_list_lock()
+                        written = self.apply(kind, obj)
                     if written:
-                        log.info("%s: node %s %s (%d rows)", cluster.slug, name, kind.lower(),
-                                 written)  # fmt: skip
-        except KubeError as err:
-            log.warning("%s: node watch: %s; retrying in %.0fs", cluster.slug, err, backoff_s)
-            stop.wait(backoff_s)
+                        meta = obj.get("metadata") or {}
+                        name = "/".join(filter(None, (meta.get("namespace"), meta.get("name"))))
+                        log.info("%s: %s %s %s (%d rows)", self.cluster.slug, self.kind[:-1],
+                                 name, kind.lower(), written)  # fmt: skip
+                self.version = (obj.get("metadata") or {}).get("resourceVersion") or self.version
+                self._mark_current()
+        self._mark_current()
+
+    def _hold_list_lock(self) -> None:
+        """Wait for a running sync, hold it off until this event is applied, and stop this
+        stream when a sync finished since its list (inside the event's transaction)."""
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock_shared(%s)", [lock_key(self.cluster)])
+        latest = _latest_run(self.cluster)
+        if latest is not None and latest.pk != self.epoch:
+            raise Resynced
+
+    def _apply_pod(self, kind: str, obj: dict[str, Any]) -> int:
+        return apply_pod_event(self.cluster, kind, obj)
+
+    def _apply_node(self, kind: str, obj: dict[str, Any]) -> int:
+        if kind == "DELETED":
+            return apply_node_changes(
+                self.cluster, [], [(obj.get("metadata") or {}).get("name", "")]
+            )
+        return apply_node_changes(self.cluster, [obj], [])
+
+    def _mark_current(self, force: bool = False) -> None:
+        """The pod thread records that the data is current (``Cluster.watched_at``), at most
+        every MARK_EVERY_S, while the node thread is fresh too."""
+        every = min(MARK_EVERY_S, self.timeout_s / 2)
+        if self.kind != "pods" or (not force and time.monotonic() - self.marked < every):
+            return
+        if self.nodes_key is not None:
+            age = self.progress.age(self.nodes_key)
+            if age is None or age > self.timeout_s + 15:
+                return
+        self.marked = time.monotonic()
+        close_old_connections()
+        Cluster.objects.filter(pk=self.cluster.pk).update(watched_at=timezone.now())
+
+
+def _latest_run(cluster: Cluster) -> SyncRun | None:
+    """The cluster's most recent sync (finished, unless it is running now)."""
+    return (
+        SyncRun.objects.filter(cluster=cluster)
+        .only("id", "status", "finished_at", "nodes_version", "pods_version")
+        .order_by("-started_at")
+        .first()
+    )
 
 
 class Watchers:
@@ -207,6 +312,7 @@ class Watchers:
         self.timeout_s = timeout_s
         self.progress = progress or Progress()
         self._running: dict = {}  # pk -> (thread, its stop event, slug, credentials key)
+        self._stopped: list[threading.Thread] = []  # stopped, maybe still finishing
 
     @staticmethod
     def _key(cluster: Cluster) -> tuple:
@@ -220,6 +326,7 @@ class Watchers:
             cluster = wanted.get(pk)
             if cluster is None or not thread.is_alive() or self._key(cluster) != key:
                 own_stop.set()
+                self._stopped.append(thread)
                 del self._running[pk]
                 self.progress.forget(slug)
                 self.progress.forget(pods_key(slug))
@@ -245,7 +352,7 @@ class Watchers:
     def close(self, join_s: float) -> None:
         for _, own_stop, *_ in self._running.values():
             own_stop.set()
-        for thread, *_ in self._running.values():
+        for thread in [t for t, *_ in self._running.values()] + self._stopped:
             thread.join(join_s)
 
     def __len__(self) -> int:

@@ -81,9 +81,12 @@ def readyz(request):
     if checks["database"] is None:
         for c in Cluster.objects.filter(sync_enabled=True):
             age = c.sync_age
+            full = None if c.last_success_at is None else timezone.now() - c.last_success_at
             clusters[c.slug] = {
                 "status": "stale" if c.is_stale else "ok",
-                "last_success_age_s": None if age is None else round(age.total_seconds()),
+                "data_age_s": None if age is None else round(age.total_seconds()),
+                "watched": c.is_watched,
+                "last_success_age_s": None if full is None else round(full.total_seconds()),
                 "last_error": c.last_error or None,
             }
             if c.missing_permissions:
@@ -110,7 +113,12 @@ class InventoryCollector:
     def collect(self):
         sync_age = GaugeMetricFamily(
             "portal_cluster_sync_age_seconds",
-            "Seconds since the last successful inventory sync",
+            "Seconds since the last successful full inventory sync",
+            labels=["cluster"],
+        )
+        data_age = GaugeMetricFamily(
+            "portal_cluster_data_age_seconds",
+            "Seconds since the inventory was last known current (full sync or watch)",
             labels=["cluster"],
         )
         stale = GaugeMetricFamily(
@@ -120,8 +128,10 @@ class InventoryCollector:
         for c in Cluster.objects.all():
             if c.last_success_at is not None:
                 sync_age.add_metric([c.slug], now - c.last_success_at.timestamp())
+                data_age.add_metric([c.slug], now - c.data_as_of.timestamp())
             stale.add_metric([c.slug], 1.0 if c.is_stale else 0.0)
         yield sync_age
+        yield data_age
         yield stale
         families = {
             key: GaugeMetricFamily(

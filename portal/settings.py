@@ -155,6 +155,9 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = TIME_ZONE
 INVENTORY_SYNC_INTERVAL = env.int("INVENTORY_SYNC_INTERVAL", default=30)
+# Where the watcher (manage.py watch_inventory) keeps a cluster current, the periodic sync
+# leaves it alone and the watcher relists itself this often, as a safety net.
+INVENTORY_RESYNC_INTERVAL = env.int("INVENTORY_RESYNC_INTERVAL", default=600)
 # Ended GPU pod runs (allocated GPU-hours where no telemetry is sent) are kept this long:
 # showback offers the current month and the twelve before it.
 POD_RUN_RETENTION_DAYS = env.int("POD_RUN_RETENTION_DAYS", default=400)

@@ -118,6 +118,29 @@ def test_fleet_shows_per_product_numbers(as_researcher):
     assert "In sync" in html
 
 
+def test_a_watched_cluster_shows_the_watch_and_its_data_age(as_researcher, settings):
+    """Between full syncs the watcher keeps the data current (inventory/watch.py): the
+    pages say so, and the data's age is the watch's, not the last full sync's."""
+    now = timezone.now()
+    full = now - timedelta(minutes=9)
+    c = make_cluster(sync_status=Cluster.SyncStatus.OK, last_sync_at=full, last_success_at=full,
+                     watched_at=now - timedelta(seconds=5))  # fmt: skip
+    assert c.data_as_of == c.watched_at and c.is_watched and not c.is_stale
+    html = as_researcher.get(reverse("inventory:fleet")).content.decode()
+    assert "Watched" in html and "full sync 9\xa0minutes ago" in html
+    assert "Stale" not in html
+    # the watch stopped: 9 minutes old data is stale again, shown with the watch's time
+    Cluster.objects.filter(pk=c.pk).update(watched_at=now - settings.INVENTORY_STALE_AFTER * 2)
+    c.refresh_from_db()
+    assert c.data_as_of == c.watched_at and not c.is_watched and c.is_stale
+    html = as_researcher.get(reverse("inventory:fleet")).content.decode()
+    assert "Stale" in html and "Watched" not in html
+    # a watch older than the last full sync does not count
+    Cluster.objects.filter(pk=c.pk).update(last_success_at=now, watched_at=full)
+    c.refresh_from_db()
+    assert c.data_as_of == now and not c.is_watched and not c.is_stale
+
+
 def test_fleet_empty_without_clusters(as_researcher):
     response = as_researcher.get(reverse("inventory:fleet"))
     assert response.status_code == 200

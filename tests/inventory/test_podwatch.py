@@ -8,13 +8,15 @@ from __future__ import annotations
 import json
 import threading
 import time
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from inventory.models import GpuPod, NamespaceUsage, NodeResource, PodRun
 from inventory.podwatch import apply_pod_event
 from inventory.sync import sync_cluster
-from inventory.watch import watch_pods
+from inventory.watch import Progress, _Follower, watch_pods
 from tests.conftest import wait_for
 from tests.inventory.test_sync import node_body, pod_body
 from tests.kubesim import create_namespace
@@ -109,6 +111,76 @@ def test_a_410_gone_makes_the_watcher_relist_at_once(sim, pod_watch):
     wait_for(lambda: GpuPod.objects.filter(name="later").exists(), timeout=2, interval=0.02)
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_sync_while_the_watch_runs_loses_nothing(sim, sim_api, sim_cluster):
+    """A pod created while a full sync pages through its list is not in that list (its
+    snapshot is older) but its event reaches the watch during the sync. The event waits for
+    the sync, the stream restarts from the sync's version, and the pod and its node's
+    figure are right once the sync is done (without the wait, the sync's figure from its
+    older snapshot would overwrite the event's)."""
+    from inventory.models import SyncRun
+    from inventory.watch import watch_cluster
+
+    sim_api.create_node(node_body("gpu-0"))
+    create_namespace(sim_api, "lab")
+    for i in range(4):
+        sim_api.create_namespaced_pod("lab", pod_body(f"old-{i}", "gpu-0", 1))
+    stop = threading.Event()
+    thread = threading.Thread(target=watch_cluster, args=(sim_cluster, stop),
+                              kwargs={"timeout_s": 5, "backoff_s": 0.2})  # fmt: skip
+    thread.start()
+    try:
+        wait_for(lambda: watching(sim, 2) and requested("gpu-0") == 4, timeout=15)
+        relists = SyncRun.objects.filter(trigger="watch").count()
+
+        def during(stage: str, done: int, total) -> None:
+            if stage == "pods" and done == 1:  # after the first page: not in this list
+                sim_api.create_namespaced_pod("lab", pod_body("new", "gpu-0", 2))
+
+        run = sync_cluster(sim_cluster, page_size=1, trigger="manual", progress=during)
+        assert run.status == "succeeded" and run.pods_seen == 4
+        wait_for(lambda: GpuPod.objects.filter(name="new").exists(), timeout=2, interval=0.02)
+        wait_for(lambda: requested("gpu-0") == 6, timeout=2, interval=0.02)
+        # the watch took the manual sync's version: no relist of its own
+        assert SyncRun.objects.filter(trigger="watch").count() == relists
+        sim_api.create_namespaced_pod("lab", pod_body("after", "gpu-0", 1))
+        wait_for(lambda: requested("gpu-0") == 7, timeout=2, interval=0.02)
+    finally:
+        stop.set()
+        thread.join(15)
+    assert not thread.is_alive()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_watcher_marks_the_data_current_and_relists_every_resync_interval(
+    sim, sim_api, sim_cluster, settings
+):
+    from inventory.models import Cluster, SyncRun
+    from inventory.tasks import clusters_to_sync
+    from inventory.watch import watch_cluster
+
+    settings.INVENTORY_RESYNC_INTERVAL = 3
+    sim_api.create_node(node_body("gpu-0"))
+    stop = threading.Event()
+    thread = threading.Thread(target=watch_cluster, args=(sim_cluster, stop),
+                              kwargs={"timeout_s": 2, "backoff_s": 0.2})  # fmt: skip
+    thread.start()
+    try:
+        current = wait_for(lambda: Cluster.objects.get(pk=sim_cluster.pk).is_watched, timeout=15)
+        assert current and sim_cluster.pk not in clusters_to_sync()
+        listed = SyncRun.objects.filter(cluster=sim_cluster, trigger="watch", status="succeeded")
+        wait_for(lambda: listed.count() >= 3, timeout=20)
+    finally:
+        stop.set()
+        thread.join(15)
+    assert not thread.is_alive()
+    # no watch since: once the data is older than INVENTORY_STALE_AFTER the beat syncs it
+    Cluster.objects.filter(pk=sim_cluster.pk).update(
+        watched_at=timezone.now() - settings.INVENTORY_STALE_AFTER - timedelta(seconds=1)
+    )
+    assert sim_cluster.pk in clusters_to_sync()
+
+
 @pytest.mark.django_db
 def test_an_event_applied_twice_writes_once(sim, sim_api, sim_cluster):
     sim_api.create_node(node_body("gpu-0"))
@@ -149,14 +221,20 @@ def sim_pod(name: str, gpus: int = 1) -> dict:
     return body
 
 
+def follower(cluster, run) -> _Follower:
+    """The pod watch of ``cluster`` positioned at ``run``'s list, as the watcher holds it."""
+    f = _Follower(cluster, "pods", threading.Event(), 2, 0.2, Progress(), run.finished_at)
+    f.epoch, f.version = run.pk, run.pods_version
+    return f
+
+
 @pytest.mark.django_db(transaction=True)
 def test_on_the_simulator_a_watch_resumes_where_it_was_and_a_lost_window_is_410(small_sim):
     from inventory.kube import KubeError
-    from inventory.watch import Progress, _watch_pods
 
     sim, cluster = small_sim
     run = sync_cluster(cluster)
-    start = run.pods_resource_version
+    start = run.pods_version
     assert run.status == "succeeded" and start
     # pods that ask for no GPU: nothing written, but the version moves past them
     for i in range(3):
@@ -164,8 +242,9 @@ def test_on_the_simulator_a_watch_resumes_where_it_was_and_a_lost_window_is_410(
         cpu["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
         sim.create("pods", cpu)
     last = sim.get("pods", "cpu-2", "lab")["metadata"]["resourceVersion"]
-    resumed = _watch_pods(cluster, threading.Event(), start, 2, Progress(), "small:pods")
-    assert int(resumed) >= int(last) > int(start)
+    resumed = follower(cluster, run)
+    resumed._stream()
+    assert int(resumed.version) >= int(last) > int(start)
     assert not GpuPod.objects.filter(cluster=cluster).exists()
     # more pod changes than the watch cache keeps: a watch from the old version is 410 Gone
     for i in range(25):
@@ -173,8 +252,25 @@ def test_on_the_simulator_a_watch_resumes_where_it_was_and_a_lost_window_is_410(
         cpu["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
         sim.create("pods", cpu)
     with pytest.raises(KubeError) as gone:
-        _watch_pods(cluster, threading.Event(), start, 2, Progress(), "small:pods")
+        follower(cluster, run)._stream()
     assert gone.value.expired
+
+
+@pytest.mark.django_db(transaction=True)
+def test_on_the_simulator_a_quiet_watch_keeps_the_cluster_current_by_its_bookmarks(small_sim):
+    """Nothing changes: the bookmarks (every 0.3 s here, every minute on a real server) are
+    all the stream brings, and they keep the data current."""
+    _, cluster = small_sim
+    run = sync_cluster(cluster)
+    f = follower(cluster, run)
+    f._stream()  # 2 s of a quiet cluster: bookmarks only
+    assert int(f.version) >= int(run.pods_version)
+    cluster.refresh_from_db()
+    assert cluster.watched_at > run.finished_at and cluster.is_watched
+    first = cluster.watched_at
+    f._stream()
+    cluster.refresh_from_db()
+    assert cluster.watched_at > first
 
 
 @pytest.mark.django_db(transaction=True)

@@ -106,7 +106,7 @@ def test_alert_expressions_on_a_real_prometheus_scraping_the_portal(
             time.sleep(0.5)
         stale = pending["GpuPortalClusterSyncStale"]
         assert stale["state"] == "pending"
-        assert "last successful sync was 2h 0m" in stale["annotations"]["description"]
+        assert "it was last known current 2h 0m" in stale["annotations"]["description"]
         grant = pending["GpuPortalGrantExpiringWithHighUse"]["annotations"]["description"]
         assert (
             "A grant of 2 nvidia.com/gpu for team vision (prod/ml-vision) ends in 2d 23h" in grant

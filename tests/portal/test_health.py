@@ -60,6 +60,25 @@ def test_metrics_exposes_capacity_and_sync_age(client, settings):
     assert f"portal_gpu_requested{{{labels}}} 4.0" in text
     assert 'portal_cluster_stale{cluster="prod"} 0.0' in text
     assert 'portal_cluster_sync_age_seconds{cluster="prod"}' in text
+    assert 'portal_cluster_data_age_seconds{cluster="prod"}' in text
+
+
+def test_a_watched_clusters_data_age_is_the_watchs(client, settings):
+    from datetime import timedelta
+
+    now = timezone.now()
+    make_cluster("prod", sync_status=Cluster.SyncStatus.OK,
+                 last_success_at=now - timedelta(minutes=9), watched_at=now)  # fmt: skip
+    text = scrape(client, settings)
+    ages = {
+        line.split("{")[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(("portal_cluster_sync_age_seconds{", "portal_cluster_data_age_seconds{"))
+    }
+    assert ages["portal_cluster_data_age_seconds"] < 60 < ages["portal_cluster_sync_age_seconds"]
+    assert 'portal_cluster_stale{cluster="prod"} 0.0' in text
+    body = client.get("/readyz").json()["clusters"]["prod"]
+    assert body["watched"] is True and body["data_age_s"] < 60 <= body["last_success_age_s"]
 
 
 def test_metrics_expose_quota_and_workflow_gauges(client, settings):
