@@ -12,9 +12,12 @@ each phase in a fresh process so peak RSS is its own:
       stricter reference that shows how much of the sync's margin comes from that;
   (b) the first full sync into an empty database;
   (c) a second sync with nothing changed (must write zero rows);
-and then the fleet page, the node list page and GET /api/v1/nodes at that size.
-Prints the figures and the ratios (b)/(a) and (c)/(a). Targets: (b) <= 2.0, (c) <= 1.3,
-peak RSS of the syncing process <= 400 MB.
+and then the fleet page, the node list page and GET /api/v1/nodes at that size; then (d)
+the watcher (bench/watch_phase.py): what a quiet 30 s costs with the cluster kept current
+by watches instead of a no-change sync, and how soon a pod created or deleted is in the
+portal. Prints the figures and the ratios (b)/(a), (c)/(a) and (d)/(a). Targets: (b) <= 2.0,
+(c) <= 1.3, peak RSS of the syncing process <= 400 MB; (d) the watcher's CPU per quiet 30 s
+< 5 % of (a), a change visible within 2 s (p95).
 """
 
 from __future__ import annotations
@@ -146,7 +149,15 @@ def phase_pages(args) -> dict:
     return out
 
 
+def phase_watch(args) -> dict:
+    django_setup()
+    from bench import watch_phase
+
+    return watch_phase.run(args)
+
+
 PHASES = {
+    "watch": phase_watch,
     "baseline": phase_baseline,
     "baseline_plain": phase_baseline_plain,
     "sync": phase_sync,
@@ -164,6 +175,14 @@ def run_phase(name: str, args) -> dict:
         args.kubeconfig,
         "--page-size",
         str(args.page_size),
+        "--admin-kubeconfig",
+        args.admin_kubeconfig,
+        "--cluster-pid",
+        str(args.cluster_pid),
+        "--quiet",
+        str(args.quiet),
+        "--changes",
+        str(args.changes),
     ]
     result = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=os.environ, check=False)
     if result.returncode != 0:
@@ -197,7 +216,7 @@ def start_sim(args, workdir: Path) -> tuple[subprocess.Popen, str]:
                 proc.kill()
             raise SystemExit(f"the {cluster_kind()} cluster did not start")
         time.sleep(0.5)
-    return proc, str(portal_kubeconfig)
+    return proc, str(portal_kubeconfig), str(kubeconfig)
 
 
 def main() -> int:
@@ -208,6 +227,18 @@ def main() -> int:
     parser.add_argument("--gpu-pods", type=int, default=30_000)
     parser.add_argument("--namespaces", type=int, default=3000)
     parser.add_argument("--page-size", type=int, default=500)
+    parser.add_argument(
+        "--quiet",
+        type=float,
+        default=60.0,
+        help="seconds of each quiet window of the watch phase (d)",
+    )
+    parser.add_argument(
+        "--changes", type=int, default=20, help="pods created and deleted one at a time in (d)"
+    )
+    parser.add_argument("--skip-watch", action="store_true", help="leave out (d)")
+    parser.add_argument("--admin-kubeconfig", help=argparse.SUPPRESS)
+    parser.add_argument("--cluster-pid", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--phase", choices=PHASES, help=argparse.SUPPRESS)
     parser.add_argument("--kubeconfig", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -224,7 +255,8 @@ def main() -> int:
     log(f"generating {args.nodes} nodes / {args.pods} pods in the {cluster_kind()} cluster")
     log(f"cluster files and logs: {tmp}")
     started = time.monotonic()
-    sim, args.kubeconfig = start_sim(args, tmp)
+    sim, args.kubeconfig, args.admin_kubeconfig = start_sim(args, tmp)
+    args.cluster_pid = sim.pid
     load_s = time.monotonic() - started
     try:
         log("warm-up list")
@@ -239,6 +271,10 @@ def main() -> int:
         plain = run_phase("baseline_plain", args)
         log("pages at this size")
         pages = run_phase("pages", args)
+        watch = None
+        if not args.skip_watch:
+            log("(d) the watcher: quiet windows, then changes")
+            watch = run_phase("watch", args)
     finally:
         sim.terminate()
         sim.wait(30)
@@ -277,7 +313,37 @@ def main() -> int:
     print(f"\nPages with {pages['nodes_in_db']} nodes in the database (median of 5):")
     for key in ("fleet_page", "node_list_page", "api_nodes", "api_summary"):
         print(f"  {key:<16}{pages[key]['median_ms']:>9.1f} ms {pages[key]['queries']:>4} queries")
-    return 0 if ok_b and ok_c and ok_rss else 1
+    ok_d = True if watch is None else print_watch(watch, baseline, second["seconds"])
+    return 0 if ok_b and ok_c and ok_rss and ok_d else 1
+
+
+def print_watch(watch: dict, baseline: float, resync: float) -> bool:
+    """(d): a quiet 30 s watched vs one full list, and change-to-visible latency."""
+    idle, watched, ready = watch["idle"], watch["watched"], watch["ready"]
+    per30 = 30.0 / watched["seconds"]
+    own = watched["watcher_cpu_s"] * per30
+    extra_cluster = (watched["cluster_cpu_s"] - idle["cluster_cpu_s"]) * per30
+    extra_pg = (watched["postgres_cpu_s"] - idle["postgres_cpu_s"]) * per30
+    print(f"\n(d) watcher: current {ready['seconds']:.1f} s after start (its list is a full "
+          f"sync; {ready['cpu_s']:.1f} CPU s); peak RSS {watch['peak_rss_mb']:.0f} MB "
+          f"(deploy/kubernetes/watcher.yaml limit 768 MiB)")  # fmt: skip
+    print(f"    quiet 30 s, per 30 s:   watcher CPU {own:.3f} s = {own / baseline:.4f} x (a); "
+          f"before: a no-change sync every 30 s, (c) = {resync:.2f} s = "
+          f"{resync / baseline:.2f} x (a)")  # fmt: skip
+    print(f"    same window vs nothing attached: cluster {extra_cluster:+.3f} CPU s, "
+          f"PostgreSQL {extra_pg:+.3f} CPU s (cluster idle: "
+          f"{idle['cluster_cpu_s'] * 30 / idle['seconds']:.2f} CPU s per 30 s)")  # fmt: skip
+    print(f"    events in the watched window: {watched.get('events') or 'none'}")
+    for key, label in (("added", "pod created -> in the portal"),
+                       ("deleted", "pod deleted -> gone from the portal")):  # fmt: skip
+        f = watch[key]
+        print(f"    {label:<36} p50 {f['p50_ms']:7.1f} ms  p95 {f['p95_ms']:7.1f} ms  "
+              f"max {f['max_ms']:7.1f} ms  ({watch['changes']} changes)")  # fmt: skip
+    ok_cost = own / baseline < 0.05
+    ok_latency = max(watch["added"]["p95_ms"], watch["deleted"]["p95_ms"]) <= 2000
+    print(f"targets (d): quiet 30 s < 5 % of (a) {'OK' if ok_cost else 'MISSED'}; "
+          f"change visible p95 <= 2 s {'OK' if ok_latency else 'MISSED'}")  # fmt: skip
+    return ok_cost and ok_latency
 
 
 if __name__ == "__main__":

@@ -85,13 +85,15 @@ def sync_cluster(
     trigger: str = "beat",
     progress: Progress | None = None,
     gateway: KubeGateway | None = None,
+    lock_wait_s: float = 2.0,
 ) -> SyncRun:
     """Sync one cluster and return its SyncRun (succeeded or failed, never raises KubeError).
 
-    Raises SyncBusy when another process is syncing the same cluster.
+    Raises SyncBusy when another process is syncing the same cluster (after waiting up to
+    ``lock_wait_s`` for the watcher's events, which hold the lock shared for milliseconds).
     """
     page_size = page_size or settings.INVENTORY_PAGE_SIZE
-    with cluster_lock(cluster):
+    with cluster_lock(cluster, lock_wait_s):
         run = SyncRun.objects.create(cluster=cluster, trigger=trigger)
         started = time.monotonic()
         stats = SyncStats()

@@ -64,11 +64,19 @@ class Progress:
 
     def __init__(self) -> None:
         self._last: dict[str, float] = {}
+        self._events: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
 
-    def mark(self, slug: str) -> None:
+    def mark(self, slug: str, event: str = "") -> None:
         with self._lock:
             self._last[slug] = time.monotonic()
+            if event:
+                self._events[(slug, event)] = self._events.get((slug, event), 0) + 1
+
+    def events(self) -> dict[tuple[str, str], int]:
+        """Events received so far per (thread key, event type): what the watches cost."""
+        with self._lock:
+            return dict(self._events)
 
     def forget(self, slug: str) -> None:
         with self._lock:
@@ -216,7 +224,9 @@ class _Follower:
         )
         if not usable or due or (self.relist_wanted and not newer):
             try:
-                run = sync_cluster(self.cluster, trigger="watch")
+                # no wait for the lock: a sync that holds it (the other thread's relist, a
+                # Sync now) gives a list to start from as well
+                run = sync_cluster(self.cluster, trigger="watch", lock_wait_s=0)
             except SyncBusy:  # another sync runs: its list will serve
                 self.stop.wait(BUSY_RETRY_S)
                 return False
@@ -234,7 +244,7 @@ class _Follower:
         """One watch request from ``self.version``; keeps the version it reaches."""
         with KubeGateway(self.cluster) as gw:
             for kind, obj in gw.watch(self.kind, self.version, timeout_seconds=self.timeout_s):
-                self.progress.mark(self.key)
+                self.progress.mark(self.key, kind)
                 if self.stop.is_set():
                     break
                 if kind != "BOOKMARK":

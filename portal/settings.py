@@ -168,7 +168,7 @@ CELERY_BEAT_SCHEDULE = {
     },
     "quotas-redispatch-operations": {
         "task": "quotas.tasks.redispatch_operations",
-        "schedule": timedelta(seconds=env.int("QUOTA_REDISPATCH_INTERVAL", default=15)),
+        "schedule": timedelta(seconds=env.int("QUOTA_REDISPATCH_INTERVAL", default=2)),
     },
     "quotas-grant-windows": {
         "task": "quotas.tasks.process_grant_windows",
@@ -221,7 +221,7 @@ QUOTA_REMINDER_DAYS = env.int("QUOTA_REMINDER_DAYS", default=3)
 # State that tells the truth after a fault (issue #11 section 4): a claimed operation's
 # lease, renewed by a heartbeat every third of it (quotas/leases.py), so a dead worker's
 # operation is reclaimed within about this long; and members' pending requests per team.
-QUOTA_OPERATION_LEASE_SECONDS = env.int("QUOTA_OPERATION_LEASE_SECONDS", default=30)
+QUOTA_OPERATION_LEASE_SECONDS = env.int("QUOTA_OPERATION_LEASE_SECONDS", default=5)
 QUOTA_MAX_PENDING_PER_TEAM = env.int("QUOTA_MAX_PENDING_PER_TEAM", default=20)
 # Kueue enforcement (docs/quotas.md, "Kueue"): the portal's objects are named with this
 # prefix (ResourceFlavor gpu-portal-<class>, ClusterQueue gpu-portal-<team>); the LocalQueue
@@ -234,9 +234,9 @@ KUEUE_NAME_PREFIX = env.str("KUEUE_NAME_PREFIX", default="gpu-portal-")
 KUEUE_LOCAL_QUEUE = env.str("KUEUE_LOCAL_QUEUE", default="default")
 KUEUE_OTHER_RESOURCES = env.dict("KUEUE_OTHER_RESOURCES", default={"cpu": "100k", "memory": "1Pi"})
 QUOTA_CONFIRM_SECONDS = env.float("QUOTA_CONFIRM_SECONDS", default=5.0)
-# How long the applying task itself waits for status.hard before a confirm task takes over
-# (0: hand over at once, so no worker waits on the quota controller).
-QUOTA_CONFIRM_INLINE_SECONDS = env.float("QUOTA_CONFIRM_INLINE_SECONDS", default=0.0)
+# How long the applying task itself watches for status.hard before a confirm task takes
+# over (the quota controller writes it within milliseconds; 0: hand over at once).
+QUOTA_CONFIRM_INLINE_SECONDS = env.float("QUOTA_CONFIRM_INLINE_SECONDS", default=1.0)
 # Node label drift checks read managed nodes one by one up to this many per cluster,
 # and with one paged list of all nodes above it.
 NODELABEL_GET_NODE_LIMIT = env.int("NODELABEL_GET_NODE_LIMIT", default=50)

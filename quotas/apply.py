@@ -19,7 +19,8 @@ operation of a dead worker within a lease and closes its attempt with that error
 from __future__ import annotations
 
 import logging
-import time
+import os
+import socket
 from datetime import timedelta
 
 from django.conf import settings
@@ -104,6 +105,11 @@ def dispatch(op_id) -> None:
         log.warning("could not enqueue operation %s; beat will re-dispatch it", op_id)
 
 
+def worker_id() -> str:
+    """This process as an attempt records it: ``host/pid``."""
+    return f"{socket.gethostname()}/{os.getpid()}"
+
+
 def backoff(attempt: int) -> timedelta:
     """5 s, 10 s, 20 s, … capped at 10 minutes."""
     return timedelta(seconds=min(5 * 2 ** max(attempt - 1, 0), 600))
@@ -123,7 +129,9 @@ def run_operation(op_id, *, gateway: KubeGateway | None = None) -> str:
     if not claimed:
         return "skipped"
     op = Operation.objects.select_related("namespace__cluster", "namespace__team").get(pk=op_id)
-    attempt = OperationAttempt.objects.create(operation=op, number=op.attempts, started_at=now)
+    attempt = OperationAttempt.objects.create(
+        operation=op, number=op.attempts, started_at=now, worker=worker_id()
+    )
     with transaction.atomic():
         for req in op.requests.select_for_update():
             from .services import mark_applying
@@ -151,7 +159,7 @@ def run_operation(op_id, *, gateway: KubeGateway | None = None) -> str:
                 _confirm_spec(result, hard)
                 inline = min(settings.QUOTA_CONFIRM_INLINE_SECONDS, settings.QUOTA_CONFIRM_SECONDS)
                 result = _await_status(
-                    gw, ns, result, hard, inline, final=inline >= settings.QUOTA_CONFIRM_SECONDS
+                    gw, result, hard, inline, final=inline >= settings.QUOTA_CONFIRM_SECONDS
                 )
             finally:
                 if gateway is None:
@@ -321,25 +329,21 @@ def _status_hard(quota: dict | None) -> dict:
 
 def _await_status(
     gw: KubeGateway,
-    ns: TeamNamespace,
     quota: dict,
     hard: dict[str, int],
     seconds: float,
     *,
     final: bool,
 ) -> dict:
-    """Re-read the quota for up to ``seconds`` until the quota controller has copied
+    """Watch the quota for up to ``seconds`` until the quota controller has copied
     spec.hard to status.hard: only then does admission enforce the new values.
 
-    Returns the last quota read (confirmed or not). With ``final`` (no hand-over to
+    Returns the last quota seen (confirmed or not). With ``final`` (no hand-over to
     :func:`confirm_operation` follows) an unconfirmed quota is a transient failure.
     """
-    deadline = time.monotonic() + seconds
-    pause = CONFIRM_FIRST_PAUSE
-    while _differences(_status_hard(quota), hard) and time.monotonic() < deadline:
-        time.sleep(min(pause, max(deadline - time.monotonic(), 0)))
-        pause = min(pause * 2, CONFIRM_MAX_PAUSE)
-        quota = gw.get_resource_quota(ns.name, settings.QUOTA_NAME) or {}
+    quota = gw.await_resource_quota(
+        quota, lambda q: not _differences(_status_hard(q), hard), seconds
+    )
     wrong = _differences(_status_hard(quota), hard)
     if wrong and final:
         raise KubeError(f"{NOT_CONFIRMED}: {wrong}")

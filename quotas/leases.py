@@ -2,7 +2,7 @@
 reclaim of the operations whose worker died (issue #11, docs/quotas.md "When an apply
 fails").
 
-A claimed operation holds a lease of ``QUOTA_OPERATION_LEASE_SECONDS`` (short: 30 s by
+A claimed operation holds a lease of ``QUOTA_OPERATION_LEASE_SECONDS`` (short: 5 s by
 default) that a thread of the worker renews every third of it while the cluster calls
 run, and that each hand-over to a confirm task extends. A lease that ran out means its
 worker died or hangs: beat's re-dispatcher puts the operation back to pending at once,
@@ -93,10 +93,11 @@ def reclaim_expired(now=None) -> int:
             if op is None:
                 continue
             beat_at = op.lease_until - lease()
-            text = (f"worker lost: no heartbeat since {beat_at:%Y-%m-%d %H:%M:%S} UTC and the "
+            attempt = OperationAttempt.objects.filter(operation=op, number=op.attempts).first()
+            who = f"worker {attempt.worker}" if attempt is not None and attempt.worker else "worker"
+            text = (f"{who} lost: no heartbeat since {beat_at:%Y-%m-%d %H:%M:%S} UTC and the "
                     f"lease expired (the worker died or hangs); attempt {op.attempts} "
                     "abandoned")  # fmt: skip
-            attempt = OperationAttempt.objects.filter(operation=op, number=op.attempts).first()
             audit.record(None, "quota.worker_lost", op.namespace, team=op.namespace.team,
                          note=f"operation {op.pk} ({op.reason}): {text}")  # fmt: skip
             apply._failed(op, attempt, text, permanent=False, retry_in=timedelta(0))

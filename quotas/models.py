@@ -445,6 +445,8 @@ class OperationAttempt(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     ok = models.BooleanField(default=False)
     error = models.TextField(blank=True)
+    # The worker process that ran it ("host/pid"): which one died when a lease lapsed.
+    worker = models.CharField(max_length=200, blank=True)
 
     class Meta:
         ordering = ["operation", "number"]

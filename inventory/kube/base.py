@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import tempfile
 import threading
@@ -292,24 +293,39 @@ class GatewayCore:
         return page.resource_version
 
     def watch(
-        self, kind: str, resource_version: str, *, timeout_seconds: int = 60
+        self,
+        kind: str,
+        resource_version: str,
+        *,
+        timeout_seconds: int = 60,
+        namespace: str = "",
+        field_selector: str = "",
+        read_timeout: float | None = None,
     ) -> Iterator[tuple[str, dict[str, Any]]]:
-        """Yield (event type, raw object) of ``nodes`` or ``pods`` changes after
-        ``resource_version``.
+        """Yield (event type, raw object) of ``nodes``, ``pods`` or (in ``namespace``)
+        ``resourcequotas`` changes after ``resource_version``.
 
         Ends when the server closes the stream (``timeout_seconds``). An ERROR event with
         410 Gone (the version is too old) raises ``KubeError(expired)``: relist, then
         watch again. Bookmarks are passed through so callers can advance their version.
+        ``read_timeout`` bounds the wait for each chunk (default: the stream's end + 10 s).
         """
-        fn = {"nodes": self.core.list_node, "pods": self.core.list_pod_for_all_namespaces}[kind]
+        fn, args = {
+            "nodes": (self.core.list_node, ()),
+            "pods": (self.core.list_pod_for_all_namespaces, ()),
+            "resourcequotas": (self.core.list_namespaced_resource_quota, (namespace,)),
+        }[kind]
+        selectors = {"field_selector": field_selector} if field_selector else {}
         try:
             response = fn(
+                *args,
                 watch=True,
                 resource_version=resource_version,
                 allow_watch_bookmarks=True,
                 timeout_seconds=timeout_seconds,
                 _preload_content=False,
-                _request_timeout=(self.timeout, timeout_seconds + 10),
+                _request_timeout=(self.timeout, read_timeout or timeout_seconds + 10),
+                **selectors,
             )
         except ApiException as err:
             raise KubeError.from_api_exception(err) from err
@@ -343,6 +359,37 @@ class GatewayCore:
             if err.status == 404:
                 return None
             raise
+
+    def await_resource_quota(
+        self, quota: dict[str, Any], done: Callable[[dict[str, Any]], bool], seconds: float
+    ) -> dict[str, Any]:
+        """Watch one ResourceQuota from ``quota``'s resourceVersion until ``done(quota)``
+        holds or ``seconds`` pass; returns the last version seen.
+
+        The quota controller copies a new ``spec.hard`` to ``status.hard`` within
+        milliseconds of the update (kubernetes ``pkg/controller/resourcequota``: an update
+        whose hard limits changed goes to its priority queue), so a watch ends the wait at
+        once where polling waits out its interval. A stream that fails or times out gives
+        back what was seen: the caller decides what an unconfirmed quota means.
+        """
+        deadline = time.monotonic() + seconds
+        while not done(quota) and (left := deadline - time.monotonic()) > 0:
+            meta = quota.get("metadata") or {}
+            try:
+                for kind, obj in self.watch(
+                    "resourcequotas", meta.get("resourceVersion", ""),
+                    timeout_seconds=max(1, math.ceil(left)), namespace=meta.get("namespace", ""),
+                    field_selector=f"metadata.name={meta.get('name', '')}", read_timeout=left,
+                ):  # fmt: skip
+                    if kind in ("ADDED", "MODIFIED"):
+                        quota = obj
+                        if done(quota):
+                            return quota
+                    if time.monotonic() >= deadline:
+                        return quota
+            except KubeError:
+                return quota
+        return quota
 
     # -- writes -------------------------------------------------------------------------
 

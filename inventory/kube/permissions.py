@@ -144,6 +144,13 @@ PERMISSIONS: tuple[Permission, ...] = (
         methods=("list_resource_quotas",),
     ),
     Permission(
+        "watch",
+        "resourcequotas",
+        scope=Scope.TEAM,
+        feature=f"{_QUOTAS}: the quota controller's status.hard, awaited after an apply",
+        methods=("await_resource_quota",),
+    ),
+    Permission(
         "patch",
         "resourcequotas",
         scope=Scope.TEAM,

@@ -19,6 +19,7 @@ from quotas.apply import CONFIRMING, confirm_operation, run_operation
 from quotas.models import AuditEvent, Operation, OperationAttempt, QuotaRequest
 from quotas.services import RequestData
 from quotas.tasks import process_grant_windows, reconcile_quotas
+from tests.conftest import wait_for
 from tests.inventory.test_sync import pod_body
 
 pytestmark = pytest.mark.django_db
@@ -224,6 +225,27 @@ def test_the_applying_task_hands_over_to_short_confirm_tasks(setup, settings):
     assert req.status == "applied"
     assert confirm_operation(op.pk, 1) == "skipped"  # a duplicate message changes nothing
     assert OperationAttempt.objects.get(operation=op).ok
+
+
+def test_the_applying_task_watches_for_status_hard_and_hands_over_a_slow_controller(
+    setup, sim, settings
+):
+    """The applying task watches its quota for QUOTA_CONFIRM_INLINE_SECONDS: a live quota
+    controller confirms within it (the task succeeds itself); a paused one does not, and
+    the watch ends at its deadline and hands over to confirm tasks."""
+    settings.QUOTA_CONFIRM_INLINE_SECONDS = 2.0
+    approve(setup, amount=1)
+    assert run_operation(only_op().pk) == "succeeded"
+    settings.QUOTA_CONFIRM_INLINE_SECONDS = 0.5
+    sim.faults.update(quota_controller_paused=True)
+    approve(setup, amount=2)
+    op = Operation.objects.get(status="pending")
+    began = time.monotonic()
+    assert run_operation(op.pk) == CONFIRMING
+    assert time.monotonic() - began >= 0.5  # it watched for its whole window
+    assert hard(setup["core"]) == {"requests.nvidia.com/gpu": "3"}
+    sim.faults.reset()
+    assert wait_for(lambda: confirm_operation(op.pk, 1) == "succeeded", timeout=10)
 
 
 def test_a_confirm_that_waits_too_long_fails_the_attempt_as_transient(setup, sim, settings):

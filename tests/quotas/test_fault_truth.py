@@ -167,7 +167,8 @@ def test_a_dead_workers_attempt_says_so_and_is_retried(setup, sim, start_worker)
              == "succeeded", timeout=30, interval=0.5)  # fmt: skip
     dead = OperationAttempt.objects.get(operation=op, number=1)
     assert dead.finished_at is not None and not dead.ok
-    assert "worker lost" in dead.error and "lease expired" in dead.error
+    assert dead.worker and f"worker {dead.worker} lost" in dead.error
+    assert "lease expired" in dead.error
     assert OperationAttempt.objects.get(operation=op, number=2).ok
     assert AuditEvent.objects.filter(action="quota.worker_lost").count() == 1
     assert quota_hard(setup["core"]) == {KEY: "3"}
