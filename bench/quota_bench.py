@@ -2,8 +2,9 @@
 
     make bench-quota      # = python -m devstack run -- python bench/quota_bench.py
 
-Runs gunicorn (the REST API), a Celery worker and the simulated cluster (60 nodes x 8
-GPUs = 480 GPUs, about a tenth of what is asked for) as separate processes on a fresh database.
+Runs gunicorn (the REST API), a Celery worker, the watcher (``manage.py watch_inventory``,
+which confirms applies from the quotas' events) and the cluster (60 nodes x 8 GPUs = 480
+GPUs, about a tenth of what is asked for) as separate processes on a fresh database.
 50 team members file 1,000 requests over the API (1-8 GPUs each); 4 admin clients then
 approve them concurrently over the API, oldest first. Reports:
   - decisions/s and approvals/s (approved + refused for capacity, over wall time);
@@ -162,6 +163,9 @@ def main() -> int:
                str(args.worker_concurrency), "-l",
                os.environ.get("BENCH_WORKER_LOG_LEVEL", "WARNING"), "--without-gossip",
                "--without-mingle"], env, "worker", tmp),
+        # as deployed: the watcher keeps the cluster current and confirms applies
+        start([sys.executable, "manage.py", "watch_inventory", "--rescan", "1"], env, "watcher",
+              tmp),
     ]  # fmt: skip
     try:
         return run(args, port, (kubeconfig, portal_kubeconfig), requests)
@@ -193,6 +197,10 @@ def run(args, port: int, kubeconfigs: tuple[Path, Path], requests) -> int:
     cluster = Cluster.objects.create(slug="bench", name="Bench", auth_method="kubeconfig",
                                      kubeconfig_path=str(portal_kubeconfig))  # fmt: skip
     assert sync_cluster(cluster).status == "succeeded"
+    while not Cluster.objects.get(pk=cluster.pk).is_watched:  # the watcher took it over
+        if time.monotonic() > deadline + 60:
+            raise SystemExit("the watcher did not start watching the cluster")
+        time.sleep(0.2)
     User = get_user_model()
     admins = [User.objects.create_user(f"admin{i}", is_staff=True) for i in range(args.admins)]
     members, teams = [], []

@@ -4,14 +4,14 @@ completes, and whether the namespace's quota is ever missing meanwhile.
     make bench-worker-kill    # = python -m devstack run -- python bench/worker_kill_bench.py
 
 Runs the benchmark's cluster (real where built, else the simulator: 4 nodes x 8 H100), two
-Celery workers with the default settings (as the two replicas of deploy/kubernetes run)
-and beat, on a fresh database. Each round approves a request for one GPU more in one team
-namespace (through the services, as the approve view does); once a worker has claimed the
-operation (its attempt row names the worker process, ``host/pid``) that whole worker is
-killed with SIGKILL and started again, as Kubernetes or ``make demo`` restarts it. Measured
-from the kill: the operation succeeded and the cluster's ResourceQuota holds the new
-limit in ``status.hard``, with the quota read every 50 ms meanwhile (present each time?).
-Same-run baseline: rounds without a kill, approval to the same state. Target: every
+Celery workers with the default settings (as the two replicas of deploy/kubernetes run),
+beat and the watcher, on a fresh database. Each round approves a request for one GPU more in
+one team namespace (through the services, as the approve view does); once a worker has
+claimed the operation (its attempt row names the worker process, ``host/pid``) that whole
+worker is killed with SIGKILL and started again, as Kubernetes or ``make demo`` restarts it.
+Measured from the kill: the operation succeeded and the cluster's ResourceQuota holds the
+new limit in ``status.hard``, with the quota read every 50 ms meanwhile (present each
+time?). Same-run baseline: rounds without a kill, approval to the same state. Target: every
 killed round completes within 10 s of the kill, the quota never missing.
 """
 
@@ -83,6 +83,8 @@ def main() -> int:
     beat = [sys.executable, "-m", "celery", "-A", "portal", "beat", "-l", "WARNING",
             "-s", str(tmp / "beat-schedule")]  # fmt: skip
     procs["beat"] = start(beat, env, "beat", tmp)
+    procs["watcher"] = start([sys.executable, "manage.py", "watch_inventory", "--rescan", "1"],
+                             env, "watcher", tmp)  # fmt: skip
     try:
         return run(args, kubeconfig, portal_kubeconfig, workers, env, tmp)
     finally:
@@ -109,6 +111,10 @@ def run(args, kubeconfig: Path, portal_kubeconfig: Path, workers: dict, env, tmp
     cluster = Cluster.objects.create(slug="bench", name="Bench", auth_method="kubeconfig",
                                      kubeconfig_path=str(portal_kubeconfig))  # fmt: skip
     assert sync_cluster(cluster).status == "succeeded"
+    while not Cluster.objects.get(pk=cluster.pk).is_watched:  # as deployed: a watcher runs
+        if time.monotonic() > deadline:
+            raise SystemExit("the watcher did not start watching the cluster")
+        time.sleep(0.2)
     User = get_user_model()
     admin = User.objects.create_user("admin", is_staff=True)
     member = User.objects.create_user("member")

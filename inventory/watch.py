@@ -95,6 +95,21 @@ class Progress:
         return 0.0 if oldest is None else time.monotonic() - oldest
 
 
+# Watches other apps run in this process, a thread per cluster each (quotas confirms its
+# applies from ResourceQuota events, quotas/quotawatch.py): name -> a function called as
+# ``follow(cluster, stop, timeout_s=, backoff_s=, progress=, key=)``, registered from the
+# app's AppConfig.ready (the inventory never imports the floors above it).
+FOLLOWERS: dict[str, Callable[..., None]] = {}
+
+
+def register(name: str, follow: Callable[..., None]) -> None:
+    FOLLOWERS[name] = follow
+
+
+def follower_key(slug: str, name: str) -> str:
+    return f"{slug}:{name}"
+
+
 class Resynced(Exception):
     """A sync finished after this stream's list: restart from that sync's version."""
 
@@ -111,20 +126,40 @@ def watch_cluster(
     (:func:`watch_pods`), except on a DRA cluster."""
     progress = progress or Progress()
     began = timezone.now()
-    pods = None
+    threads = []
     if not cluster.is_dra:
-        pods = threading.Thread(
+        threads.append(threading.Thread(
             target=watch_pods, args=(cluster, stop),
             kwargs={"timeout_s": timeout_s, "backoff_s": backoff_s, "progress": progress,
                     "began": began, "nodes_key": cluster.slug},
             name=f"watch-pods-{cluster.slug}", daemon=True,
-        )  # fmt: skip
-        pods.start()
+        ))  # fmt: skip
+    for name, follow in FOLLOWERS.items():
+        threads.append(threading.Thread(
+            target=_closing(follow), args=(cluster, stop),
+            kwargs={"timeout_s": timeout_s, "backoff_s": backoff_s, "progress": progress,
+                    "key": follower_key(cluster.slug, name)},
+            name=f"watch-{name}-{cluster.slug}", daemon=True,
+        ))  # fmt: skip
+    for thread in threads:
+        thread.start()
     try:
         _Follower(cluster, "nodes", stop, timeout_s, backoff_s, progress, began).run()
     finally:
-        if pods is not None:
-            pods.join(timeout_s + 15)
+        for thread in threads:
+            thread.join(timeout_s + 15)
+
+
+def _closing(follow: Callable[..., None]) -> Callable[..., None]:
+    """``follow`` closing its thread's database connection when it ends."""
+
+    def run(*args: Any, **kwargs: Any) -> None:
+        try:
+            follow(*args, **kwargs)
+        finally:
+            connection.close()
+
+    return run
 
 
 def watch_pods(
@@ -338,8 +373,8 @@ class Watchers:
                 own_stop.set()
                 self._stopped.append(thread)
                 del self._running[pk]
-                self.progress.forget(slug)
-                self.progress.forget(pods_key(slug))
+                for key in (slug, pods_key(slug), *(follower_key(slug, n) for n in FOLLOWERS)):
+                    self.progress.forget(key)
                 stopped.append(slug)
         for pk, cluster in wanted.items():
             if pk in self._running or self.stop.is_set():

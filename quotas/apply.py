@@ -51,6 +51,9 @@ NOT_CONFIRMED = "status.hard not yet updated by the quota controller"
 # to sync a changed quota (tens to a hundred milliseconds), then doubling, capped. Each
 # re-read is a task of its own: fewer, well-timed ones keep the workers free.
 CONFIRM_FIRST_PAUSE = 0.15
+# Where the watcher confirms from quota events, the first confirm task only catches what it
+# missed (a watch that broke): it comes this much later.
+CONFIRM_FALLBACK_S = 1.0
 CONFIRM_MAX_PAUSE = 0.6
 
 
@@ -125,6 +128,7 @@ def run_operation(op_id, *, gateway: KubeGateway | None = None) -> str:
         attempts=F("attempts") + 1,
         started_at=now,
         lease_until=now + lease(),
+        applied_hard={},  # an earlier attempt's: the watcher must not confirm this one by it
     )
     if not claimed:
         return "skipped"
@@ -157,17 +161,28 @@ def run_operation(op_id, *, gateway: KubeGateway | None = None) -> str:
                     ns.name, settings.QUOTA_NAME, hard, labels=MANAGED_BY
                 )
                 _confirm_spec(result, hard)
-                inline = min(settings.QUOTA_CONFIRM_INLINE_SECONDS, settings.QUOTA_CONFIRM_SECONDS)
+                # Where the watcher keeps the cluster current it confirms from the quota's
+                # events (quotas/quotawatch.py) and no worker waits; elsewhere the task
+                # watches the quota itself for a while first.
+                watched = ns.cluster.is_watched
+                inline = 0.0 if watched else settings.QUOTA_CONFIRM_INLINE_SECONDS
+                inline = min(inline, settings.QUOTA_CONFIRM_SECONDS)
                 result = _await_status(
                     gw, result, hard, inline, final=inline >= settings.QUOTA_CONFIRM_SECONDS
                 )
+                if _differences(_status_hard(result), hard):
+                    # what the watcher waits for, then one more read: a status.hard the
+                    # controller wrote before that is in no event the watcher will act on
+                    Operation.objects.filter(pk=op.pk).update(applied_hard=hard)
+                    result = gw.get_resource_quota(ns.name, settings.QUOTA_NAME) or result
             finally:
                 if gateway is None:
                     gw.close()
     except KubeError as err:
         return _failed(op, attempt, str(err), permanent=err.permanent)
     if _differences(_status_hard(result), hard):
-        return _hand_over(op, attempt, hard)  # the status we know stays until confirmed
+        # the status we know stays until confirmed
+        return _hand_over(op, attempt, hard, CONFIRM_FALLBACK_S if watched else CONFIRM_FIRST_PAUSE)
     record_status(ns, result)
     return _succeeded(op, attempt, hard)
 
@@ -350,11 +365,12 @@ def _await_status(
     return quota
 
 
-def _hand_over(op: Operation, attempt: OperationAttempt, hard: dict[str, int]) -> str:
-    """spec.hard is applied, status.hard not yet: a confirm task takes it from here."""
+def _hand_over(op: Operation, attempt: OperationAttempt, hard: dict[str, int], first: float) -> str:
+    """spec.hard is applied, status.hard not yet: the watcher's quota events or, after
+    ``first`` seconds, a confirm task take it from here."""
     Operation.objects.filter(pk=op.pk).update(applied_hard=hard)
-    renew_lease(op.pk, attempt.number, extra=CONFIRM_FIRST_PAUSE)
-    _schedule_confirm(op, attempt.number, CONFIRM_FIRST_PAUSE, countdown=CONFIRM_FIRST_PAUSE)
+    renew_lease(op.pk, attempt.number, extra=first)
+    _schedule_confirm(op, attempt.number, CONFIRM_FIRST_PAUSE, countdown=first)
     return CONFIRMING
 
 

@@ -253,12 +253,17 @@ class GatewayCore:
         field_selector: str | None = None,
         label_selector: str | None = None,
     ) -> Iterator[ListPage]:
-        """Yield raw pages of ``nodes`` or ``pods`` (all namespaces) until the list ends.
+        """Yield raw pages of ``nodes``, ``pods`` or ``resourcequotas`` (all namespaces)
+        until the list ends.
 
         A 410 on a continue token propagates as ``KubeError(expired)``: the caller decides
         whether to restart the list (a half-read list is not a consistent snapshot).
         """
-        fn = {"nodes": self.core.list_node, "pods": self.core.list_pod_for_all_namespaces}[kind]
+        fn = {
+            "nodes": self.core.list_node,
+            "pods": self.core.list_pod_for_all_namespaces,
+            "resourcequotas": self.core.list_resource_quota_for_all_namespaces,
+        }[kind]
         params: dict[str, Any] = {}
         if field_selector:
             params["field_selector"] = field_selector
@@ -287,9 +292,9 @@ class GatewayCore:
             if not token:
                 return
 
-    def list_resource_version(self, kind: str) -> str:
+    def list_resource_version(self, kind: str, *, label_selector: str | None = None) -> str:
         """The current resourceVersion of a list (one item asked for): where a watch starts."""
-        page = next(self.list_pages(kind, limit=1))
+        page = next(self.list_pages(kind, limit=1, label_selector=label_selector))
         return page.resource_version
 
     def watch(
@@ -300,22 +305,35 @@ class GatewayCore:
         timeout_seconds: int = 60,
         namespace: str = "",
         field_selector: str = "",
+        label_selector: str = "",
         read_timeout: float | None = None,
     ) -> Iterator[tuple[str, dict[str, Any]]]:
-        """Yield (event type, raw object) of ``nodes``, ``pods`` or (in ``namespace``)
-        ``resourcequotas`` changes after ``resource_version``.
+        """Yield (event type, raw object) of ``nodes``, ``pods`` or ``resourcequotas``
+        (all namespaces, or ``namespace``'s) changes after ``resource_version``.
 
         Ends when the server closes the stream (``timeout_seconds``). An ERROR event with
         410 Gone (the version is too old) raises ``KubeError(expired)``: relist, then
         watch again. Bookmarks are passed through so callers can advance their version.
         ``read_timeout`` bounds the wait for each chunk (default: the stream's end + 10 s).
         """
+        quotas = (
+            (self.core.list_namespaced_resource_quota, (namespace,))
+            if namespace
+            else (self.core.list_resource_quota_for_all_namespaces, ())
+        )
         fn, args = {
             "nodes": (self.core.list_node, ()),
             "pods": (self.core.list_pod_for_all_namespaces, ()),
-            "resourcequotas": (self.core.list_namespaced_resource_quota, (namespace,)),
+            "resourcequotas": quotas,
         }[kind]
-        selectors = {"field_selector": field_selector} if field_selector else {}
+        selectors = {
+            key: value
+            for key, value in (
+                ("field_selector", field_selector),
+                ("label_selector", label_selector),
+            )
+            if value
+        }
         try:
             response = fn(
                 *args,

@@ -144,6 +144,18 @@ PERMISSIONS: tuple[Permission, ...] = (
         methods=("list_resource_quotas",),
     ),
     Permission(
+        "list",
+        "resourcequotas",
+        feature=f"{_QUOTAS}: the watcher confirms applies from the portal's quotas' events",
+        methods=("list_resource_version",),
+    ),
+    Permission(
+        "watch",
+        "resourcequotas",
+        feature=f"{_QUOTAS}: the watcher confirms applies from the portal's quotas' events",
+        methods=("watch",),
+    ),
+    Permission(
         "watch",
         "resourcequotas",
         scope=Scope.TEAM,

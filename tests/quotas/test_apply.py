@@ -202,10 +202,13 @@ def test_apply_waits_for_the_quota_controller_to_confirm_status_hard(setup, sim,
     assert quota.status.hard == {"requests.nvidia.com/gpu": "4"}
 
 
-def test_the_applying_task_hands_over_to_short_confirm_tasks(setup, settings):
-    """In production the worker does not wait for the quota controller: run_operation
-    applies spec.hard and returns; confirm tasks re-read status.hard until it matches."""
+def test_the_applying_task_hands_over_to_short_confirm_tasks(setup, sim, settings):
+    """Without a wait of its own (QUOTA_CONFIRM_INLINE_SECONDS = 0, as where the watcher
+    keeps the cluster current) run_operation applies spec.hard, reads the quota once more
+    and returns; a controller slower than that leaves it to confirm tasks that re-read
+    status.hard until it matches."""
     settings.QUOTA_CONFIRM_INLINE_SECONDS = 0
+    sim.faults.update(quota_controller_paused=True)
     req = approve(setup, amount=2)
     op = only_op()
     assert run_operation(op.pk) == CONFIRMING
@@ -214,6 +217,7 @@ def test_the_applying_task_hands_over_to_short_confirm_tasks(setup, settings):
     assert hard(setup["core"]) == {"requests.nvidia.com/gpu": "2"}  # spec is applied
     req.refresh_from_db()
     assert req.status == "applying"  # not enforced until status.hard says so
+    sim.faults.reset()
     results = []
     for _ in range(100):  # what the chain of confirm tasks does, here in this process
         results.append(confirm_operation(op.pk, 1))
