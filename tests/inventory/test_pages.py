@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import timedelta
 
@@ -129,6 +130,9 @@ def test_a_watched_cluster_shows_the_watch_and_its_data_age(as_researcher, setti
     html = as_researcher.get(reverse("inventory:fleet")).content.decode()
     assert "Watched" in html and "full sync 9\xa0minutes ago" in html
     assert "Stale" not in html
+    detail = as_researcher.get(reverse("inventory:cluster", args=[c.slug])).content.decode()
+    assert re.search(r"data from \d+\xa0seconds ago \(kept current by a watch since the last "
+                     r"full sync\)", detail)  # fmt: skip
     # the watch stopped: 9 minutes old data is stale again, shown with the watch's time
     Cluster.objects.filter(pk=c.pk).update(watched_at=now - settings.INVENTORY_STALE_AFTER * 2)
     c.refresh_from_db()
