@@ -13,7 +13,7 @@ ARGS ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help venv k8s demo test lint fmt bench bench-quota bench-ingest bench-auth bench-signin \
-	bench-telemetry bench-podruns bench-worker-kill
+	bench-telemetry bench-podruns bench-worker-kill bench-pages
 
 help:
 	@echo "make demo   run the portal with the demo cluster, embedded Postgres and Redis,"
@@ -30,6 +30,7 @@ help:
 	@echo "make bench-telemetry  telemetry pages at 5,000 nodes x 8 GPUs: Prometheus source vs agent ingest"
 	@echo "make bench-podruns  recording ended GPU pods and a month of allocated GPU-hours at fleet size"
 	@echo "make bench-worker-kill  a worker killed with kill -9 mid-apply: time until its operation completes"
+	@echo "make bench-pages  every page and API list, admin and member, cold and warm, at 500 and 5,000 nodes"
 	@echo "make venv   create or update .venv from $(REQUIREMENTS)"
 
 # Always runs (cheap): creates .venv if it is missing or broken, and installs when the stamp
@@ -89,6 +90,9 @@ bench-telemetry: venv
 
 bench-podruns: venv
 	$(VENV_PY) -m devstack run -- $(VENV_PY) bench/podruns_bench.py $(ARGS)
+
+bench-pages: venv
+	$(VENV_PY) -m devstack run -- $(VENV_PY) bench/pages_bench.py $(ARGS)
 
 bench-worker-kill: venv
 	$(VENV_PY) -m devstack run -- $(VENV_PY) bench/worker_kill_bench.py $(ARGS)
