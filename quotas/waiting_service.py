@@ -183,6 +183,18 @@ class _Context:
         ):
             self.grants[(g.namespace_id, g.resource)].append(g)
         self._history: dict = {}
+        # Read once per page, however many pods wait on the same class (a sweep of
+        # hundreds): the running pods and idle nodes a wait estimate reads, and the
+        # estimate of a wait for the same capacity.
+        self._running: dict = {}
+        self._capacity: dict = {}
+
+    def running(self, cluster_id, resource: str, **scope) -> list:
+        """:func:`inventory.podruns.running`, read once per argument list."""
+        key = (cluster_id, resource, tuple(sorted(scope.items())))
+        if key not in self._running:
+            self._running[key] = podruns.running(cluster_id, resource, **scope)
+        return self._running[key]
 
     def class_of(self, ns: TeamNamespace, f: Finding) -> GpuClass | None:
         for cls in self.classes[ns.cluster_id]:
@@ -236,7 +248,7 @@ class _Context:
         scope = {"namespace": ns.name}
         if cls is not None and ns.cluster.enforces_classes:
             scope["gpu_class_id"] = cls.pk
-        holders = [(a, s) for a, s, _ in podruns.running(ns.cluster_id, f.resource, **scope)]
+        holders = [(a, s) for a, s, _ in self.running(ns.cluster_id, f.resource, **scope)]
         durations, what = self._durations(item, scope), ns.name
         if len(durations) < MIN_RUNS:  # the team's own history is short: the class's
             durations, what = self._class_history(item)
@@ -249,9 +261,16 @@ class _Context:
         the earliest estimate over those nodes, each from its idle GPUs and its pods."""
         f, ns = item.finding, item.namespace
         cls_id = item.gpu_class.pk if item.gpu_class else None
+        key = (ns.cluster_id, f.resource, cls_id, need)
+        if key not in self._capacity:
+            self._capacity[key] = self._capacity_estimate(item, need, cls_id)
+        return self._wait(item, self._capacity[key])
+
+    def _capacity_estimate(self, item: Item, need: int, cls_id) -> Estimate:
+        f, ns = item.finding, item.namespace
         durations, what = self._class_history(item)
         on_node: dict = defaultdict(list)
-        for amount, started, node_id in podruns.running(
+        for amount, started, node_id in self.running(
             ns.cluster_id, f.resource, gpu_class_id=cls_id
         ):
             on_node[node_id].append((amount, started))
@@ -260,7 +279,7 @@ class _Context:
                  for node_id, idle in nodes.items()]  # fmt: skip
         timed = [e for e in found if e.at is not None]
         if timed:
-            return self._wait(item, min(timed, key=lambda e: e.at))
+            return min(timed, key=lambda e: e.at)
         # None: why, for the class as a whole (little history, or nothing that frees)
         pods = [p for held in on_node.values() for p in held]
         est = estimate(need, 0, pods, durations, [], self.now, what)
@@ -270,7 +289,7 @@ class _Context:
                 f"No estimated wait: pods of {what} are expected to end, but no single node "
                 f"is expected to have {need} free, and a pod runs on one node.",
             )
-        return self._wait(item, est)
+        return est
 
     def _wait(self, item: Item, est: Estimate) -> Suggestion:
         text = est.text
