@@ -6,6 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -31,6 +32,8 @@ from .common import (
 )
 
 ENDED_GRANTS_SHOWN = 10
+# Teams per page: an admin sees every team, and each brings its namespaces' figures.
+TEAMS_PER_PAGE = 20
 
 
 # -- my teams --------------------------------------------------------------------------
@@ -117,7 +120,11 @@ def queue_views(namespaces: list[TeamNamespace], states: dict) -> dict:
 @login_required
 def teams(request: HttpRequest) -> HttpResponse:
     user = request.user
-    team_list = list(visible_teams(user).prefetch_related("memberships__user"))
+    page = Paginator(
+        visible_teams(user).order_by("name", "pk").prefetch_related("memberships__user"),
+        TEAMS_PER_PAGE,
+    ).get_page(request.GET.get("page"))
+    team_list = list(page.object_list)
     namespaces = list(
         TeamNamespace.objects.filter(team__in=team_list).select_related("cluster", "team")
     )
@@ -202,7 +209,7 @@ def teams(request: HttpRequest) -> HttpResponse:
         }
         for t in team_list
     ]
-    return render(request, "quotas/teams.html", {"rows": rows, "now": now})
+    return render(request, "quotas/teams.html", {"rows": rows, "now": now, "page": page})
 
 
 def _by_class(d, names: dict) -> list[tuple[str, int]]:
