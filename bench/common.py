@@ -117,3 +117,33 @@ def server_cpu_seconds() -> dict[str, float]:
         elif stat.split("(", 1)[1].startswith("postgres"):
             totals["postgres"] += used
     return totals
+
+
+def p95(values: list[float]) -> float:
+    """The nearest-rank 95th percentile (the largest of fewer than 20 values)."""
+    ordered = sorted(values)
+    return ordered[max(0, round(0.95 * len(ordered)) - 1)] if ordered else 0.0
+
+
+def time_gets(client, url: str, repeat: int, before=None) -> dict:
+    """Read ``url`` ``repeat`` times through Django's test client (``before()`` runs before
+    each read, e.g. a cache clear): p50 and p95 in ms, and the last read's SQL queries."""
+    import statistics
+    import time
+
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    timings, queries = [], 0
+    for _ in range(repeat):
+        if before is not None:
+            before()
+        with CaptureQueriesContext(connection) as ctx:
+            start = time.perf_counter()
+            response = client.get(url)
+            timings.append(time.perf_counter() - start)
+        if response.status_code != 200:
+            raise SystemExit(f"{url} answered {response.status_code}")
+        queries = len(ctx.captured_queries)
+    return {"p50_ms": statistics.median(timings) * 1000, "p95_ms": p95(timings) * 1000,
+            "queries": queries}  # fmt: skip

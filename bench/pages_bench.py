@@ -28,15 +28,13 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.common import database_url, fresh_database, log, stop  # noqa: E402
+from bench.common import database_url, fresh_database, log, stop, time_gets  # noqa: E402
 from bench.sync_bench import start_sim  # noqa: E402
 from devstack import data_dir  # noqa: E402
 
@@ -115,25 +113,9 @@ def seed(args) -> dict:
 
 def measure(client, url: str, cold: bool) -> dict:
     from django.core.cache import cache
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
 
-    timings, queries = [], 0
     client.get(url)  # warm-up: imports, templates, the first connection
-    for _ in range(REPEAT):
-        if cold:
-            cache.clear()
-        with CaptureQueriesContext(connection) as ctx:
-            start = time.perf_counter()
-            response = client.get(url)
-            timings.append(time.perf_counter() - start)
-        if response.status_code != 200:
-            raise SystemExit(f"{url} answered {response.status_code}")
-        queries = len(ctx.captured_queries)
-    ordered = sorted(timings)
-    return {"p50_ms": statistics.median(ordered) * 1000,
-            "p95_ms": ordered[max(0, round(0.95 * len(ordered)) - 1)] * 1000,
-            "queries": queries}  # fmt: skip
+    return time_gets(client, url, REPEAT, before=cache.clear if cold else None)
 
 
 def phase(args) -> list[dict]:

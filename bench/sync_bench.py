@@ -27,7 +27,6 @@ import json
 import os
 import resource
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -35,7 +34,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.common import cluster_kind, database_url, fresh_database, log, sim_argv  # noqa: E402
+from bench.common import (  # noqa: E402
+    cluster_kind,
+    database_url,
+    fresh_database,
+    log,
+    sim_argv,
+    time_gets,
+)
 from devstack import data_dir  # noqa: E402
 
 BENCH_DB = "portal_bench"
@@ -118,9 +124,7 @@ def phase_sync(args) -> dict:
 def phase_pages(args) -> dict:
     django_setup()
     from django.contrib.auth import get_user_model
-    from django.db import connection
     from django.test import Client
-    from django.test.utils import CaptureQueriesContext
 
     from inventory.models import Node
 
@@ -134,18 +138,8 @@ def phase_pages(args) -> dict:
         ("api_nodes", "/api/v1/nodes/?page_size=100"),
         ("api_summary", "/api/v1/inventory/summary/"),
     ]:
-        timings = []
-        for _ in range(5):
-            with CaptureQueriesContext(connection) as ctx:
-                start = time.perf_counter()
-                response = client.get(url)
-                timings.append(time.perf_counter() - start)
-            if response.status_code != 200:
-                raise SystemExit(f"{url} answered {response.status_code}")
-        out[name] = {
-            "median_ms": statistics.median(timings) * 1000,
-            "queries": len(ctx.captured_queries),
-        }
+        figures = time_gets(client, url, 5)
+        out[name] = {"median_ms": figures["p50_ms"], "queries": figures["queries"]}
     return out
 
 

@@ -18,7 +18,7 @@ import time
 
 import psutil
 
-from bench.common import log, server_cpu_seconds
+from bench.common import log, p95, server_cpu_seconds
 
 
 def own_cpu() -> float:
@@ -132,10 +132,11 @@ def run(args) -> dict:
     thread.join(90)
 
     def pct(values: list[float]) -> dict:
-        ordered = sorted(values)
-        p95 = ordered[max(0, round(0.95 * len(ordered)) - 1)] if ordered else 0.0
-        return {"p50_ms": statistics.median(ordered) * 1000 if ordered else 0.0,
-                "p95_ms": p95 * 1000, "max_ms": max(ordered, default=0.0) * 1000}  # fmt: skip
+        return {
+            "p50_ms": statistics.median(values) * 1000 if values else 0.0,
+            "p95_ms": p95(values) * 1000,
+            "max_ms": max(values, default=0.0) * 1000,
+        }
 
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"idle": idle, "ready": ready, "watched": watched, "peak_rss_mb": peak_mb,
