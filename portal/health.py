@@ -17,7 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import GaugeMetricFamily
 
 from inventory.models import Cluster, GpuClass, NodeResource
-from telemetry.insight import IdleGpuCollector
+from telemetry.summary import IdleGpuCollector
 
 
 @never_cache

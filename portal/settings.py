@@ -199,6 +199,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "telemetry.tasks.sync_prometheus",
         "schedule": timedelta(seconds=60),
     },
+    # What the telemetry pages show, computed per cluster before anyone asks (issue #23).
+    "telemetry-summaries": {
+        "task": "telemetry.tasks.refresh_summaries",
+        "schedule": timedelta(seconds=env.int("TELEMETRY_SUMMARY_INTERVAL_SECONDS", default=60)),
+    },
     "quotas-reconcile": {
         "task": "quotas.tasks.reconcile_quotas",
         "schedule": timedelta(seconds=env.int("QUOTA_RECONCILE_INTERVAL", default=120)),
@@ -246,6 +251,11 @@ NODELABEL_GET_NODE_LIMIT = env.int("NODELABEL_GET_NODE_LIMIT", default=50)
 TELEMETRY_IDLE_THRESHOLD_PCT = env.float("TELEMETRY_IDLE_THRESHOLD_PCT", default=5)
 TELEMETRY_IDLE_WINDOW_HOURS = env.float("TELEMETRY_IDLE_WINDOW_HOURS", default=2)
 TELEMETRY_MIG_STUCK_MINUTES = env.int("TELEMETRY_MIG_STUCK_MINUTES", default=30)
+# Held, busy and idle figures are computed per cluster this often by the beat
+# (telemetry.summary); a page that finds a cluster's older than the max age (the beat
+# stopped) computes it itself.
+TELEMETRY_SUMMARY_INTERVAL_SECONDS = env.int("TELEMETRY_SUMMARY_INTERVAL_SECONDS", default=60)
+TELEMETRY_SUMMARY_MAX_AGE_SECONDS = env.int("TELEMETRY_SUMMARY_MAX_AGE_SECONDS", default=300)
 
 # MIG reconfiguration (the coordinator, docs/mig.md).
 # The ConfigMap the GPU Operator's ClusterPolicy names in spec.migManager.config.name.

@@ -18,7 +18,7 @@ from rest_framework.response import Response
 from quotas.models import Team, TeamNamespace
 from quotas.scoping import visible_to
 
-from . import classes, insight, showback, sources
+from . import classes, insight, showback, sources, summary
 
 
 class ShowbackRowSerializer(serializers.Serializer):
@@ -191,6 +191,11 @@ class IdleAllocationSerializer(ClassFieldsSerializer):
 class IdleSerializer(serializers.Serializer):
     threshold_pct = serializers.FloatField()
     window_hours = serializers.FloatField()
+    as_of = serializers.DateTimeField(
+        allow_null=True,
+        help_text="when the oldest of these figures was computed (they are computed every "
+        "minute per cluster, before anyone asks); null: no cluster sends telemetry",
+    )
     classes = IdleClassSerializer(many=True, help_text="per GPU class, costliest first")
     results = IdleAllocationSerializer(many=True)
     telemetry_unavailable = OutageSerializer(many=True, help_text=UNAVAILABLE_HELP)
@@ -202,18 +207,20 @@ def idle_api(request):
     """Allocations idle now (the idle page's list) with their GPU class, idle GPU-hours and
     weighted figure, and the sums per class; the caller's teams' namespaces (admins: all)."""
     if request.user.is_staff:
-        allocations = insight.idle_allocations()
+        figures = summary.read()
     else:
         keys = set(
             visible_to(TeamNamespace.objects.all(), request.user).values_list("cluster_id", "name")
         )
-        allocations = insight.idle_allocations(namespaces=keys)
-    summary = classes.idle_by_class(allocations)
+        figures = summary.read({c for c, _ in keys}, namespaces=keys)
+    allocations = figures.idle
+    by_class = classes.idle_by_class(allocations)
     return Response(
         {
             "threshold_pct": insight.idle_threshold_pct(),
             "window_hours": insight.idle_window().total_seconds() / 3600,
-            "classes": [c.as_dict() for c in summary],
+            "as_of": figures.as_of,
+            "classes": [c.as_dict() for c in by_class],
             "results": [classes.idle_allocation_dict(a) for a in allocations],
             "telemetry_unavailable": _outages(),
         }

@@ -253,29 +253,39 @@ class IdleClass:
         }
 
 
-def idle_by_class(allocations: list[Allocation], now: datetime | None = None) -> list[IdleClass]:
-    """Set ``gpu_class``, ``idle_since``, ``idle_gpu_hours`` and ``weighted_idle`` on each
-    idle allocation; return the per-class summary, costliest first (weighted idle GPU-hours;
-    classes without a weight after, by idle GPU-hours). Two queries."""
-    now = now or timezone.now()
-    if not allocations:
-        return []
+def set_idle_since(allocations: list[Allocation], now: datetime) -> None:
+    """Set ``idle_since`` on each idle allocation: from the start of what its source looked
+    at, or its GPUs' last busy 5-minute point after it, or its pod's start, whichever is
+    latest (one query per source)."""
     gpus = {g.pk: g for a in allocations for g in a.gpu_states}
+    if not gpus:
+        return
     busy, floors = sources.last_busy(
         list(gpus.values()), now, idle_threshold_pct(), FIVE_MINUTE_RETENTION
     )
-    classes = load_classes(a.node.gpu_class_id for a in allocations)
     floor = now - FIVE_MINUTE_RETENTION
-    groups: dict = {}
     for a in allocations:
-        a.gpu_class = classes.get(a.node.gpu_class_id)
-        # From the start of what the source looked at, or the last busy point after it.
         starts = [floors.get(g, floor) for g in a.gpu_ids] + [floor]
         starts += [busy[k] for k in a.judged_keys() if k in busy]
         if a.since is not None:
             starts.append(a.since)
         a.idle_since = min(max(starts), now)
-        hours = (now - a.idle_since) / timedelta(hours=1)
+
+
+def idle_by_class(allocations: list[Allocation], now: datetime | None = None) -> list[IdleClass]:
+    """Set ``gpu_class``, ``idle_gpu_hours`` and ``weighted_idle`` on each idle allocation
+    (and ``idle_since`` where :func:`set_idle_since` has not); return the per-class summary,
+    costliest first (weighted idle GPU-hours; classes without a weight after, by idle
+    GPU-hours). One query, and :func:`set_idle_since`'s where needed."""
+    now = now or timezone.now()
+    if not allocations:
+        return []
+    set_idle_since([a for a in allocations if getattr(a, "idle_since", None) is None], now)
+    classes = load_classes(a.node.gpu_class_id for a in allocations)
+    groups: dict = {}
+    for a in allocations:
+        a.gpu_class = classes.get(a.node.gpu_class_id)
+        hours = max(now - a.idle_since, timedelta(0)) / timedelta(hours=1)
         a.idle_gpu_hours = a.gpus * hours
         weight = None if a.gpu_class is None else a.gpu_class.weight
         a.weighted_idle = _weighted(a.idle_gpu_hours, weight)

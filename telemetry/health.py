@@ -17,7 +17,8 @@ from django.utils import timezone
 from inventory.health import Badge
 from inventory.models import Node, NodeResource
 
-from .insight import idle_allocations, idle_threshold_pct, idle_window
+from . import summary
+from .insight import idle_threshold_pct, idle_window
 from .models import GpuState, NodeTelemetry
 from .promstate import EXPORTER
 from .visibility import PodNames
@@ -258,7 +259,7 @@ def fleet_signals(now: datetime | None = None) -> list[Signal]:
     for n in nodes:
         out.extend(_node_signals(n, _tele(n), gpus[n.pk], resources[n.pk], usual, now))
     by_id = {n.pk: n for n in nodes}
-    idle = [a for a in idle_allocations(now=now) if a.node.pk in by_id]
+    idle = [a for a in summary.read(now=now).idle if a.node.pk in by_id]
     for a in idle:
         a.node = by_id[a.node.pk]
     out.extend(_idle_signals(idle, pod_names=None))
@@ -275,7 +276,8 @@ def node_signals(node: Node, gpus: list[GpuState], tele, pod_names: PodNames) ->
     )
     usual = usual_agent_drivers(rows)
     signals = _node_signals(node, tele, gpus, [], usual, now)
-    signals += _idle_signals(idle_allocations(node_ids=[node.pk], now=now), pod_names)
+    idle = summary.read([node.cluster_id], now, node_ids={node.pk}).idle
+    signals += _idle_signals(idle, pod_names)
     return [s.badge for s in signals]
 
 

@@ -28,10 +28,9 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
-from prometheus_client.core import GaugeMetricFamily
 
 from inventory.models import GPU_RESOURCE, GpuPod, Node
-from quotas.models import Grant, QuotaRequest, TeamNamespace
+from quotas.models import Grant, TeamNamespace
 
 from . import sources
 from .measured import measured_cluster_ids
@@ -74,6 +73,8 @@ class Allocation:
     # Filled by idle_allocations(): the highest 5-minute mean, and the metric it comes from.
     max_util_pct: float | None = None
     metric: str = ""
+    # Set by classes.set_idle_since(): since when its GPUs have been idle.
+    idle_since: datetime | None = None
 
     @property
     def gpu_ids(self) -> list[int]:
@@ -237,16 +238,22 @@ def _idle_from(stats: dict) -> set:
 
 
 def idle_allocations(
-    node_ids=None, now: datetime | None = None, namespaces: set[NsKey] | None = None
+    node_ids=None,
+    now: datetime | None = None,
+    namespaces: set[NsKey] | None = None,
+    attribution: Attribution | None = None,
 ) -> list[Allocation]:
     """Allocations whose GPUs stayed under the idle threshold for the idle window, oldest
-    first; limited to ``namespaces`` ({(cluster id, name)}) when given. Four queries."""
+    first; limited to ``namespaces`` ({(cluster id, name)}) when given. Four queries (two
+    with ``attribution``, that of ``node_ids`` already made). The pages read these from
+    telemetry.summary, which calls this."""
     now = now or timezone.now()
     if namespaces is not None:
         if not namespaces:
             return []
-        node_ids = _nodes_with_pods_of(namespaces)
-    attribution = attribute(node_ids, now)
+        node_ids = nodes_with_pods_of(namespaces)
+    if attribution is None:
+        attribution = attribute(node_ids, now)
     allocations = [
         a
         for a in attribution.allocations
@@ -271,172 +278,11 @@ def idle_allocations(
     return sorted(out, key=lambda a: (a.since, a.namespace, a.pod))
 
 
-def _nodes_with_pods_of(namespaces: set[NsKey]):
+def nodes_with_pods_of(namespaces: set[NsKey]):
     q = Q()
     for cluster_id, name in namespaces:
         q |= Q(cluster_id=cluster_id, namespace=name)
     return GpuPod.objects.filter(q, node__isnull=False).values("node_id")
-
-
-# -- renewals -----------------------------------------------------------------------------
-
-RENEWAL_LOOKBACK = timedelta(days=7)
-
-
-@dataclass
-class GrantUtilisation:
-    """How a namespace used its GPUs over ``start``-``end`` (for a renewal decision)."""
-
-    start: datetime
-    end: datetime
-    granted_gpu_hours: float
-    allocated_gpu_hours: float
-    busy_gpu_hours: float  # utilisation-weighted
-    idle_now: int
-    measured: bool = True  # False: the namespace's cluster sends no telemetry
-    cluster: str = ""
-    # Where allocated_gpu_hours comes from: telemetry, the inventory's pod records
-    # (inventory/podruns.py) where the cluster sends none, or nowhere (not measured).
-    allocated_from: str = "telemetry"
-
-    @property
-    def hours(self) -> float:
-        return (self.end - self.start).total_seconds() / 3600
-
-    @property
-    def avg_granted(self) -> float:
-        return self.granted_gpu_hours / self.hours if self.hours else 0.0
-
-    @property
-    def avg_allocated(self) -> float:
-        return self.allocated_gpu_hours / self.hours if self.hours else 0.0
-
-    @property
-    def allocated_pct(self) -> float | None:
-        if not self.granted_gpu_hours:
-            return None
-        return 100 * self.allocated_gpu_hours / self.granted_gpu_hours
-
-    @property
-    def busy_pct(self) -> float | None:
-        if not self.allocated_gpu_hours:
-            return None
-        return 100 * self.busy_gpu_hours / self.allocated_gpu_hours
-
-
-def annotate_renewals(requests, now: datetime | None = None) -> None:
-    """Set ``req.utilisation`` (a GrantUtilisation, or None) on every renewal request of
-    whole GPUs in ``requests``: how its namespace used its GPUs over the last 7 days of the
-    grant being renewed. A fixed number of queries for any number of requests."""
-    from .showback import INVENTORY, TELEMETRY, granted_hours, used_hours
-
-    now = now or timezone.now()
-    renewals = [
-        r
-        for r in requests
-        if r.kind == QuotaRequest.Kind.RENEWAL and r.resource == GPU_RESOURCE and r.target_grant
-    ]
-    for r in requests:
-        r.utilisation = None
-    if not renewals:
-        return
-    keys = {(r.namespace.cluster_id, r.namespace.name) for r in renewals}
-    node_ids = list(_nodes_with_pods_of(keys).values_list("node_id", flat=True))
-    attribution = attribute(node_ids, now)
-    start = now - RENEWAL_LOOKBACK
-    used = used_hours(start, now, attribution, now=now)
-    grants = Grant.objects.filter(
-        namespace_id__in={r.namespace_id for r in renewals}, resource=GPU_RESOURCE
-    ).select_related("namespace")
-    idle = idle_allocations(node_ids=node_ids, now=now)
-    idle_by_ns: dict[NsKey, int] = defaultdict(int)
-    for a in idle:
-        idle_by_ns[a.key] += a.gpus
-    measured = measured_cluster_ids({r.namespace.cluster_id for r in renewals})
-    held = _held_by_inventory(renewals, measured, start, now)
-    for r in renewals:
-        key = (r.namespace.cluster_id, r.namespace.name)
-        begin = max(start, r.target_grant.starts_at)
-        alloc, busy = used_since(used, key, begin)
-        source = TELEMETRY if r.namespace.cluster_id in measured else ""
-        if not source and key in held:  # from the inventory's record, which may begin later
-            (begin, alloc), source = held[key], INVENTORY
-        if begin >= now:
-            continue
-        granted = granted_hours(
-            [g for g in grants if g.namespace_id == r.namespace_id], begin, now, now=now
-        )
-        r.utilisation = GrantUtilisation(
-            start=begin,
-            end=now,
-            granted_gpu_hours=sum(granted.values()),
-            allocated_gpu_hours=alloc,
-            busy_gpu_hours=busy,
-            idle_now=idle_by_ns.get(key, 0),
-            measured=r.namespace.cluster_id in measured,
-            cluster=r.namespace.cluster.name,
-            allocated_from=source,
-        )
-
-
-def _held_by_inventory(renewals, measured: set, start: datetime, now: datetime) -> dict:
-    """{(cluster id, namespace): (from when, allocated GPU-hours from then)} from the
-    inventory's pod records, for renewals on clusters that send no telemetry: from the
-    later of the renewed grant's window and the start of the record (pods that ended
-    before it are not known; inventory/podruns.py)."""
-    from inventory import podruns
-
-    since = podruns.recorded_since({r.namespace.cluster_id for r in renewals} - measured)
-    windows = {}
-    for r in renewals:
-        at = since.get(r.namespace.cluster_id)
-        if at is not None:
-            begin = max(start, r.target_grant.starts_at, at)
-            windows[(r.namespace.cluster_id, r.namespace.name)] = begin
-    hours: dict = defaultdict(float)
-    for (cluster_id, ns, _), h in podruns.allocated_in(windows, now).items():
-        hours[(cluster_id, ns)] += h
-    return {key: (begin, hours.get(key, 0.0)) for key, begin in windows.items()}
-
-
-def used_since(used, key: NsKey, begin: datetime) -> tuple[float, float]:
-    """Sum of (allocated, busy) GPU-hours of one namespace from hourly ``used`` rows."""
-    alloc = busy = 0.0
-    for hour, (a, b) in used.get(key, {}).items():
-        if hour >= begin - timedelta(minutes=59, seconds=59):
-            alloc += a
-            busy += b
-    return alloc, busy
-
-
-# -- Prometheus ---------------------------------------------------------------------------
-
-
-class IdleGpuCollector:
-    """``portal_idle_gpus{cluster, team, namespace}``: GPUs held by pods that stayed under
-    the idle threshold for the idle window (register in ``portal.health.REGISTRY``)."""
-
-    def collect(self):
-        family = GaugeMetricFamily(
-            "portal_idle_gpus",
-            "GPUs of allocations under the idle threshold for the whole idle window",
-            labels=["cluster", "team", "namespace"],
-        )
-        counts: dict[tuple, int] = defaultdict(int)
-        for a in idle_allocations():
-            counts[(a.node.cluster_id, a.team.slug if a.team else "", a.namespace)] += a.gpus
-        slugs = _cluster_slugs({k[0] for k in counts})
-        for (cluster_id, team, namespace), n in sorted(counts.items(), key=str):
-            family.add_metric([slugs.get(cluster_id, str(cluster_id)), team, namespace], n)
-        yield family
-
-
-def _cluster_slugs(ids) -> dict:
-    from inventory.models import Cluster
-
-    if not ids:
-        return {}
-    return dict(Cluster.objects.filter(pk__in=ids).values_list("pk", "slug"))
 
 
 # -- dashboards ---------------------------------------------------------------------------
@@ -493,10 +339,11 @@ def held_and_busy(
     return {k: (a, b) for k, (a, b) in out.items()}
 
 
-def team_rows(teams, now: datetime | None = None, current: Now | None = None) -> list[UsageRow]:
+def team_rows(teams, held: dict[NsKey, tuple[float, float]], now: datetime | None = None):
     """One UsageRow per team (whole GPUs): granted from active grants, requested from the
-    inventory's NamespaceUsage, held/busy from attribution; which of its clusters send no
-    telemetry (held and busy there: not measured). Nine queries."""
+    inventory's NamespaceUsage, held/busy from ``held`` ({(cluster id, namespace): (held,
+    busy)}, telemetry.summary's); which of its clusters send no telemetry (held and busy
+    there: not measured). Six queries."""
     from inventory.models import NamespaceUsage
 
     now = now or timezone.now()
@@ -529,64 +376,8 @@ def team_rows(teams, now: datetime | None = None, current: Now | None = None) ->
             team_id = ns_team.get((cluster_id, name))
             if team_id is not None:
                 rows[team_id].requested += requested
-        if current is None:  # only the nodes where the teams' pods run
-            node_ids = list(_nodes_with_pods_of(set(ns_team)).values_list("node_id", flat=True))
-            current = now_of(node_ids, now)
-        for key, (held, busy) in held_and_busy(current.attribution, now, current.util).items():
-            team_id = ns_team.get(key)
-            if team_id is not None:
-                rows[team_id].held += held
-                rows[team_id].busy += busy
+        for key, team_id in ns_team.items():
+            h, b = held.get(key, (0.0, 0.0))
+            rows[team_id].held += h
+            rows[team_id].busy += b
     return list(rows.values())
-
-
-def product_rows(
-    now: datetime | None = None, hours: int = 24, current: Now | None = None
-) -> list[UsageRow]:
-    """One UsageRow per base GPU product: capacity / requested from the inventory, GPUs
-    reporting, held and busy now, and mean utilisation over ``hours``."""
-    from django.db.models import Sum
-
-    from inventory.models import NodeResource, base_product
-
-    now = now or timezone.now()
-    rows: dict[str, UsageRow] = {}
-
-    def row(product: str) -> UsageRow:
-        p = base_product(product)
-        return rows.setdefault(p, UsageRow(label=p))
-
-    for product, cap, req in (
-        NodeResource.objects.filter(node__gone_at__isnull=True, resource=GPU_RESOURCE)
-        .exclude(node__gpu_product="")
-        .values("node__gpu_product")
-        .annotate(c=Sum("capacity"), r=Sum("requested"))
-        .values_list("node__gpu_product", "c", "r")
-    ):
-        row(product).capacity += cap or 0
-        row(product).requested += req or 0
-    current = current or now_of(None, now)
-    attribution, util = current.attribution, current.util
-    threshold = idle_threshold_pct()
-    for gpu_id, g in attribution.gpus.items():
-        if not g.node.gpu_product:
-            continue
-        share = sum(attribution.shares.get(gpu_id, {}).values())
-        r = row(g.node.gpu_product)
-        r.held += share
-        if util.get(gpu_id, 0.0) >= threshold:
-            r.busy += share
-    series = product_series(now, hours)
-    for product, points in series.items():
-        total = sum(s for s, n in points.values())
-        count = sum(n for s, n in points.values())
-        if product in rows and count:
-            rows[product].util_pct = total / count
-    return sorted(rows.values(), key=lambda r: r.label)
-
-
-def product_series(now: datetime, hours: int = 24) -> dict[str, dict[datetime, tuple]]:
-    """{base product: {hour: (utilisation sum, samples)}} over the last ``hours``, each
-    cluster's GPUs from its telemetry source (telemetry.sources)."""
-    start = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=hours - 1)
-    return sources.product_series(start, now)

@@ -260,4 +260,21 @@ class GpuHistory1h(HistoryPoint):
         ]
 
 
+class ClusterSummary(models.Model):
+    """What the telemetry pages show of one cluster, computed before anyone asks
+    (telemetry.summary): held / busy GPUs per namespace and product, the idle allocations
+    with their idle-since, and the hourly utilisation per product over the last day.
+    One row per measured cluster, replaced by each computation."""
+
+    cluster = models.OneToOneField(
+        "inventory.Cluster", on_delete=models.CASCADE, primary_key=True, related_name="+"
+    )
+    computed_at = models.DateTimeField()
+    seconds = models.FloatField(default=0.0)  # how long the computation took
+    data = models.JSONField(default=dict)
+
+    class Meta:
+        verbose_name_plural = "cluster summaries"
+
+
 from .models_source import PrometheusSource  # noqa: E402,F401  (a model of this app, own module)

@@ -12,6 +12,8 @@ Beat entries (portal/settings.py ``CELERY_BEAT_SCHEDULE``)::
                          "schedule": timedelta(minutes=10)},
     "telemetry-prometheus": {"task": "telemetry.tasks.sync_prometheus",
                              "schedule": timedelta(seconds=60)},
+    "telemetry-summaries": {"task": "telemetry.tasks.refresh_summaries",
+                            "schedule": timedelta(seconds=TELEMETRY_SUMMARY_INTERVAL_SECONDS)},
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import logging
 
 from celery import shared_task
 
-from . import promstate, retention
+from . import promstate, retention, summary
 
 log = logging.getLogger(__name__)
 
@@ -58,4 +60,14 @@ def sync_prometheus() -> dict[str, int | str]:
         out[slug] = result if isinstance(result, str) else result.gpus
     if out:
         log.info("telemetry from Prometheus: %s", out)
+    return out
+
+
+@shared_task(ignore_result=True, expires=60)
+def refresh_summaries() -> dict[str, float | str]:
+    """Compute every measured cluster's telemetry figures before anyone asks
+    (telemetry.summary); a cluster another worker is computing is skipped."""
+    out = summary.refresh_all()
+    if out:
+        log.info("telemetry summaries (seconds per cluster): %s", out)
     return out

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
@@ -23,13 +24,14 @@ from portal.auth import session_or_token
 from quotas.models import Grant, Team, TeamNamespace
 from quotas.scoping import visible_to
 
-from . import classes, health, insight, showback, sources
+from . import classes, health, insight, showback, sources, summary
 from .models import GpuState, NodeTelemetry
 from .sparkline import sparkline
 from .visibility import PodNames
 
 SPARK_STEP = timedelta(minutes=5)
 SPARK_SLOTS = 288  # 24 h
+IDLE_PER_PAGE = 50
 TOPOLOGY_LEGEND = [
     ("X", "self"),
     ("NV#", "NVLink, # links"),
@@ -144,9 +146,10 @@ def _telemetry_of(node: Node) -> NodeTelemetry | None:
 
 def team_usage_context(rows) -> dict:
     teams = [r["team"] if isinstance(r, dict) else r for r in rows]
-    rows = insight.team_rows(teams) if teams else []
+    figures = summary.read(_clusters_of(teams)) if teams else None
     return {
-        "rows": rows,
+        "rows": insight.team_rows(teams, figures.held) if teams else [],
+        "as_of": figures.as_of if figures else None,
         "threshold": insight.idle_threshold_pct(),
         "outages": sources.outages(),  # computed while the page renders: its own banner
     }
@@ -155,28 +158,32 @@ def team_usage_context(rows) -> dict:
 # -- fleet ------------------------------------------------------------------------------
 
 
+def _clusters_of(teams) -> set:
+    return set(TeamNamespace.objects.filter(team__in=teams).values_list("cluster_id", flat=True))
+
+
 @login_required
 def fleet(request: HttpRequest) -> HttpResponse:
     now = timezone.now()
     hours = _hours(now)
-    series = insight.product_series(now, 24)
+    figures = summary.read(now=now)
     chart = _chart(
-        {p: {h: (s / n if n else None) for h, (s, n) in pts.items()} for p, pts in series.items()},
+        {
+            p: {h: (s / n if n else None) for h, (s, n) in pts.items()}
+            for p, pts in figures.series.items()
+        },
         hours,
     )
-    # One attribution and one last-hour read for both tables (the fleet's every GPU).
-    current = insight.now_of(None, now)
-    products = insight.product_rows(now, current=current)
     teams = list(visible_to(Team.objects.all(), request.user, "pk"))
-    team_rows = insight.team_rows(teams, now, current=current)
     reporting = NodeTelemetry.objects.filter(node__gone_at__isnull=True)
     return render(
         request,
         "telemetry/fleet.html",
         {
             "chart": chart,
-            "products": products,
-            "team_rows": team_rows,
+            "products": summary.product_rows(figures),
+            "team_rows": insight.team_rows(teams, figures.held, now),
+            "as_of": figures.as_of,
             "threshold": insight.idle_threshold_pct(),
             "window_h": insight.idle_window().total_seconds() / 3600,
             "nodes_reporting": reporting.filter(stale_after__gte=now).count(),
@@ -200,10 +207,10 @@ def team(request: HttpRequest, slug: str) -> HttpResponse:
     namespaces = list(TeamNamespace.objects.filter(team=team).select_related("cluster"))
     keys = {(ns.cluster_id, ns.name) for ns in namespaces}
     node_ids = (
-        list(insight._nodes_with_pods_of(keys).values_list("node_id", flat=True)) if keys else []
+        list(insight.nodes_with_pods_of(keys).values_list("node_id", flat=True)) if keys else []
     )
-    attribution = insight.attribute(node_ids, now)
-    held = insight.held_and_busy(attribution, now)
+    figures = summary.read({c for c, _ in keys}, now, namespaces=keys)
+    held = figures.held
     granted: dict = defaultdict(int)
     for g in Grant.objects.active_at(now).filter(namespace__team=team, resource=GPU_RESOURCE):
         granted[g.namespace_id] += g.amount
@@ -232,6 +239,8 @@ def team(request: HttpRequest, slug: str) -> HttpResponse:
             }
         )
     hours = _hours(now)
+    # The chart's hours: the team's nodes only (the current attribution, as showback's).
+    attribution = insight.attribute(node_ids, now) if keys else None
     used = showback.used_hours(hours[0], now, attribution, now=now) if keys else {}
     by_hour_alloc: dict = defaultdict(float)
     by_hour_busy: dict = defaultdict(float)
@@ -251,12 +260,13 @@ def team(request: HttpRequest, slug: str) -> HttpResponse:
     )
     month, start, end = showback.parse_month(None, now)
     led = showback.ledger([team], start, end, now)
-    idle = insight.idle_allocations(now=now, namespaces=keys)
+    idle = figures.idle
     return render(
         request,
         "telemetry/team.html",
         {
             "team": team,
+            "as_of": figures.as_of,
             "ns_rows": ns_rows,
             "chart": chart,
             "idle": idle,
@@ -278,17 +288,17 @@ def team(request: HttpRequest, slug: str) -> HttpResponse:
 def idle(request: HttpRequest) -> HttpResponse:
     _staff_only(request.user)
     now = timezone.now()
-    allocations = insight.idle_allocations(now=now)
+    figures = summary.read(now=now)
+    allocations = figures.idle
     idle_classes = classes.idle_by_class(allocations, now)
-    nodes = Node.objects.filter(pk__in={a.node.pk for a in allocations}).select_related("cluster")
-    by_id = {n.pk: n for n in nodes}
-    for a in allocations:
-        a.node = by_id.get(a.node.pk, a.node)
+    page = Paginator(allocations, IDLE_PER_PAGE).get_page(request.GET.get("page"))
     return render(
         request,
         "telemetry/idle.html",
         {
             "allocations": allocations,
+            "page": page,
+            "as_of": figures.as_of,
             "gpus": sum(a.gpus for a in allocations),
             "idle_classes": idle_classes,
             "idle_gpu_hours": sum(c.idle_gpu_hours for c in idle_classes),

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from inventory.figures import POOL, idle_now
 from mig.models import MigRequest
-from telemetry.insight import annotate_renewals
+from telemetry.renewals import annotate_renewals
 
 from .. import demand, inbox, preview
 from ..capacity import Capacity

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -60,6 +61,26 @@ class OutageMiddleware:
 def outages() -> list[Outage]:
     state = _request.get()
     return list(state["outages"].values()) if state else []
+
+
+def record_outage(cluster_id: int, outage: Outage) -> None:
+    """Add an outage to the request's record (a figure read from a summary computed while
+    the cluster's source did not answer: the page shows the banner all the same)."""
+    state = _request.get()
+    if state is not None:
+        state["outages"].setdefault(cluster_id, outage)
+
+
+@contextmanager
+def recording():
+    """A record of outages and a source map of its own, outside any request (a beat task)
+    or apart from the request's (a summary computed while a page waits): yields the state,
+    whose ``outages`` the caller reads."""
+    token = _request.set({"outages": {}, "sources": None})
+    try:
+        yield _request.get()
+    finally:
+        _request.reset(token)
 
 
 def outages_context(request) -> dict:
@@ -155,27 +176,19 @@ def gpu_hours(gpus, start: datetime, end: datetime, now: datetime, *, by_hour: b
     return out
 
 
-def product_series(start: datetime, now: datetime) -> dict[str, dict[datetime, tuple]]:
-    """{base product: {hour: (utilisation sum, samples)}} from ``start`` (an hour) to now,
-    every cluster's GPUs, each from its own source."""
+def product_series(cluster_id: int, start: datetime, now: datetime) -> dict:
+    """{base product: {hour: [utilisation sum, samples]}} of one cluster's GPUs from
+    ``start`` (an hour) to now, from the cluster's source."""
     from inventory.models import Node
 
-    prom = prometheus_sources()
-    out = agent.product_series(start, now, exclude_clusters=list(prom))
-    if prom:
-        products: dict[int, dict[str, str]] = defaultdict(dict)
-        for cluster_id, name, product in Node.objects.filter(
-            cluster_id__in=list(prom), gone_at__isnull=True
-        ).values_list("cluster_id", "name", "gpu_product"):
-            products[cluster_id][name] = product
-        for cluster_id in prom:
-            got = _ask(cluster_id, {}, "product_series", start, now, products[cluster_id])
-            for product, hours in got.items():
-                for hour, (s, n) in hours.items():
-                    cell = out[product][hour]
-                    cell[0] += s
-                    cell[1] += n
-    return {p: {h: tuple(v) for h, v in pts.items()} for p, pts in out.items()}
+    if cluster_id not in prometheus_sources():
+        return agent.product_series(start, now, cluster_id)
+    products = dict(
+        Node.objects.filter(cluster_id=cluster_id, gone_at__isnull=True).values_list(
+            "name", "gpu_product"
+        )
+    )
+    return _ask(cluster_id, {}, "product_series", start, now, products)
 
 
 def node_history(node, gpus, start: datetime) -> tuple[dict, dict, dict]:

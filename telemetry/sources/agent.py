@@ -113,16 +113,14 @@ def gpu_hours(gpu_ids, start: datetime, end: datetime, now: datetime, *, by_hour
     return out
 
 
-def product_series(start: datetime, now: datetime, exclude_clusters=()) -> dict:
-    """{base product: {hour: [utilisation sum, samples]}} from ``start`` (an hour) to now,
-    GPUs of ``exclude_clusters`` left out (their telemetry comes from elsewhere). Two
-    queries: hourly points for closed hours, 5-minute ones after."""
+def product_series(start: datetime, now: datetime, cluster_id: int) -> dict:
+    """{base product: {hour: [utilisation sum, samples]}} of one cluster's GPUs from
+    ``start`` (an hour) to now. Two queries: hourly points for closed hours, 5-minute ones
+    after."""
     horizon = max(history_horizon(now), start)
     out: dict = defaultdict(lambda: defaultdict(lambda: [0, 0]))
     for model, a, b in ((GpuHistory1h, start, horizon), (GpuHistory5m, horizon, None)):
-        qs = model.objects.filter(bucket__gte=a)
-        if exclude_clusters:
-            qs = qs.exclude(gpu__node__cluster_id__in=list(exclude_clusters))
+        qs = model.objects.filter(bucket__gte=a, gpu__node__cluster_id=cluster_id)
         if b is not None:
             if b <= a:
                 continue

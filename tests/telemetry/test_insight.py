@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from inventory.models import NodeResource
 from quotas.models import Grant, QuotaRequest
-from telemetry import health, insight, retention, showback
+from telemetry import health, insight, renewals, retention, showback, summary
 from telemetry.models import GpuState, NodeTelemetry
 from tests.factories import make_cluster, make_node, make_pod
 from tests.quotas.builders import make_namespace, make_team, make_user
@@ -117,7 +117,7 @@ def test_idle_gauge(node):
         fill_5m(g, now - timedelta(hours=3), now, 0)
     _running(node, "train-0", "ml-vision", gpus=2)
     registry = CollectorRegistry()
-    registry.register(insight.IdleGpuCollector())
+    registry.register(summary.IdleGpuCollector())
     text = generate_latest(registry).decode()
     assert 'portal_idle_gpus{cluster="c1",namespace="ml-vision",team="vision"} 2.0' in text
 
@@ -209,7 +209,7 @@ def test_renewal_utilisation(node):
         requested_by=user,
     )  # fmt: skip
     req = QuotaRequest.objects.select_related("namespace", "target_grant").get(pk=req.pk)
-    insight.annotate_renewals([req], now=now)
+    renewals.annotate_renewals([req], now=now)
     u = req.utilisation
     assert u.granted_gpu_hours == pytest.approx(2 * hours)
     # One of two granted GPUs held the whole time (5-minute points count whole).

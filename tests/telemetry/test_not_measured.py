@@ -8,10 +8,12 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from telemetry.insight import annotate_renewals, team_rows
+from telemetry.insight import team_rows
 from telemetry.measured import measured_cluster_ids
 from telemetry.models import NodeTelemetry
+from telemetry.renewals import annotate_renewals
 from telemetry.showback import showback
+from telemetry.summary import read
 from tests.factories import make_cluster, make_node
 from tests.quotas.builders import make_grant, make_namespace, make_team
 
@@ -43,7 +45,7 @@ def test_clusters_with_an_agent_or_a_prometheus_are_measured(world):
 
 
 def test_team_use_names_what_is_not_measured(world):
-    rows = {r.team.slug: r for r in team_rows([world["both"], world["dark"]])}
+    rows = {r.team.slug: r for r in team_rows([world["both"], world["dark"]], read().held)}
     assert (rows["both"].measured_any, rows["both"].unmeasured) == (True, ["Kueue"])
     assert (rows["dark"].measured_any, rows["dark"].unmeasured) == (False, ["Kueue"])
 

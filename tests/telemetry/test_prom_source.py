@@ -29,7 +29,17 @@ from django.utils import timezone
 
 from devstack.promhistory import Family, create_blocks, write_openmetrics
 from quotas.models import Grant, QuotaRequest
-from telemetry import classes, insight, promstate, retention, showback, sources, views
+from telemetry import (
+    classes,
+    insight,
+    promstate,
+    renewals,
+    retention,
+    showback,
+    sources,
+    summary,
+    views,
+)
 from telemetry.models import GpuState, NodeTelemetry, PrometheusSource
 from telemetry.visibility import PodNames
 from tests.factories import make_cluster, make_node, make_pod
@@ -207,7 +217,7 @@ def test_node_page_charts_come_from_range_queries(client, world):
 
 def test_fleet_chart_and_products_from_prometheus(client, world):
     now = timezone.now()
-    series = insight.product_series(now, 24)
+    series = summary.read(now=now).series
     hours = series["NVIDIA-A100-SXM4-80GB"]
     assert len(hours) >= 24
     # gpu-a's four GPUs (80, 80, 1, 0) and the MIG node's engine activity (the eng
@@ -253,7 +263,7 @@ def test_showback_and_team_usage_from_prometheus(client, world):
     attribution = insight.attribute(None, now)
     used = showback.used_hours(now - timedelta(hours=24), now, attribution, now=now)
     key = (world["prod"].pk, "vision-train")
-    alloc, busy = insight.used_since(used, key, now - timedelta(hours=24))
+    alloc, busy = renewals.used_since(used, key, now - timedelta(hours=24))
     # 3 GPUs held for 24 h; busy: (80 + 80 + 1) % of those GPU-hours.
     assert alloc == pytest.approx(72, abs=0.6)
     assert busy == pytest.approx(0.8 * 24 * 2 + 0.01 * 24, abs=0.6)
@@ -276,7 +286,7 @@ def test_renewal_view_measures_the_grant_from_prometheus(world):
         justification="more", requested_by=user,
     )  # fmt: skip
     req = QuotaRequest.objects.select_related("namespace", "target_grant").get(pk=req.pk)
-    insight.annotate_renewals([req], now=now)
+    renewals.annotate_renewals([req], now=now)
     u = req.utilisation
     # The lookback is 7 days; the recorded history has 26 hours of 3 held GPUs.
     assert u.allocated_gpu_hours == pytest.approx(3 * HOURS, abs=3)
