@@ -16,7 +16,8 @@ one :class:`~telemetry.models.ClusterSummary` row:
   last 3 hours; telemetry.retention), so a refresh reads 4 hours, not 24;
 - ``idle``: the idle allocations (insight.idle_allocations) with their ``idle_since``
   (classes.set_idle_since);
-- ``outages``: the source's failure message, where it did not answer.
+- ``outages``: the source's failure message, where it did not answer;
+- ``definition``: the idle threshold and window and the source it was computed with.
 
 Every page, the API, the node page's badges and ``/metrics`` read these rows through
 :func:`read` (one query for any fleet size, plus one for the idle allocations' nodes and
@@ -64,10 +65,14 @@ def max_age() -> timedelta:
     return timedelta(seconds=float(getattr(settings, "TELEMETRY_SUMMARY_MAX_AGE_SECONDS", 300)))
 
 
-def _definition() -> list[float]:
-    """What the figures depend on besides the data: a row computed under other settings
-    is computed again."""
-    return [insight.idle_threshold_pct(), insight.idle_window().total_seconds()]
+def _definition(cluster_id) -> list:
+    """What the figures depend on besides the data: a row computed under other settings,
+    or from the other telemetry source, is computed again (and keeps no hour)."""
+    return [
+        insight.idle_threshold_pct(),
+        insight.idle_window().total_seconds(),
+        sources.source_name(cluster_id),
+    ]
 
 
 def _ts(t: datetime | None) -> float | None:
@@ -104,7 +109,7 @@ def compute(cluster_id: int, now: datetime, previous: dict | None = None) -> dic
         hours = _hours(cluster_id, now, previous)
         outages = [o.message for o in state["outages"].values()]
     return {
-        "definition": _definition(),
+        "definition": _definition(cluster_id),
         "held": [[ns, h, b] for (_, ns), (h, b) in sorted(held.items())],
         "products": {p: v for p, v in sorted(products.items())},
         "hours": hours,
@@ -174,7 +179,7 @@ def _refresh_locked(cluster_id: int, now: datetime, force: bool) -> ClusterSumma
     row = ClusterSummary.objects.filter(cluster_id=cluster_id).first()
     if not force and row is not None and _usable(row, now):
         return row
-    same = row is not None and row.data.get("definition") == _definition()
+    same = row is not None and row.data.get("definition") == _definition(cluster_id)
     started = time.perf_counter()
     data = compute(cluster_id, now, row.data if same else None)
     row = ClusterSummary(
@@ -204,9 +209,8 @@ def refresh_all() -> dict[str, float | str]:
 
 
 def _usable(row: ClusterSummary, now: datetime) -> bool:
-    return row.data.get(
-        "definition"
-    ) == _definition() and now - max_age() <= row.computed_at <= now + timedelta(seconds=5)
+    fresh = now - max_age() <= row.computed_at <= now + timedelta(seconds=5)
+    return fresh and row.data.get("definition") == _definition(row.cluster_id)
 
 
 # -- reading --------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from portal.health import REGISTRY
 from telemetry import retention, summary, tasks
-from telemetry.models import ClusterSummary, GpuHistory1h, GpuHistory5m
+from telemetry.models import ClusterSummary, GpuHistory1h, GpuHistory5m, PrometheusSource
 from tests.factories import make_cluster, make_node, make_pod
 from tests.quotas.builders import make_namespace, make_team, make_user
 
@@ -153,3 +153,15 @@ def test_the_idle_page_shows_50_allocations_a_page(client, world):
     assert first.count("<td><code>ml-vision</code></td>") == 50
     second = _html(client, world["admin"], url + "?page=2")
     assert second.count("<td><code>ml-vision</code></td>") == 3
+
+
+def test_a_cluster_that_changes_source_is_computed_again_from_nothing(world):
+    summary.refresh(world["cluster"].pk)
+    assert summary.read().series[PRODUCT]
+    PrometheusSource.objects.create(cluster=world["cluster"], url="http://127.0.0.1:9",
+                                    timeout_seconds=2)  # fmt: skip
+    figures = summary.read()
+    row = ClusterSummary.objects.get()
+    assert row.data["definition"][2] == "prometheus"
+    assert "connection refused" in row.data["outages"][0]  # port 9: recorded in the row
+    assert figures.series == {} and figures.idle == []  # no agent figure kept
