@@ -187,7 +187,10 @@ def measure(client, url: str, repeat: int, prom_pid: int, pg: PgCpu) -> dict:
         banner = BANNER in response.content  # a source did not answer: figures missing
         return wall, c1 - c0, g1 - g0, p1 - p0, len(ctx.captured_queries), banner
 
+    t0 = time.perf_counter()
     client.get(url)  # warm-up: imports, templates
+    if time.perf_counter() - t0 > SLOW_S:  # far over its target: once per mode is enough
+        repeat = 1
     out = {}
     for mode in ("cold", "warm"):
         runs = [one(mode == "cold") for _ in range(repeat)]
@@ -199,6 +202,18 @@ def measure(client, url: str, repeat: int, prom_pid: int, pg: PgCpu) -> dict:
                      "queries": max(r[4] for r in runs),
                      "banner": f"{sum(r[5] for r in runs)}/{len(runs)}"}  # fmt: skip
     return out
+
+
+def rss_probe(mode: str, *urls: str) -> dict:
+    """Peak RSS of a fresh process doing a worker's or a web process's part
+    (bench/rss_probe.py)."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "rss_probe.py"), mode, *urls],
+        stdout=subprocess.PIPE, text=True, check=False,
+    )  # fmt: skip
+    if out.returncode != 0:
+        raise SystemExit(f"rss_probe {mode} failed ({out.returncode})")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def refresh_cost(prom_pid: int, pg: PgCpu, qlog: QueryLog) -> dict:
@@ -301,6 +316,7 @@ PAGES = [  # (name, URL, roles): what an admin or a member of team-000 opens
     ("api idle allocations", "/api/v1/idle-allocations/", ("admin", "member")),
 ]
 TARGET_S = 1.0
+SLOW_S = 10.0  # a page slower than this is read once per mode (N = 1 in its row)
 
 
 def report(args, prep: dict, fig_a: dict, fig_b: dict, res: dict) -> list[str]:
@@ -324,6 +340,12 @@ def report(args, prep: dict, fig_a: dict, fig_b: dict, res: dict) -> list[str]:
             r = res[src]["refresh"][run]
             print(f"{name:<16}{run:<9}{r['wall']:>8.2f}{r['cpu']:>12.2f}{r['pg']:>8.2f}"
                   f"{r['prom']:>10.2f}")  # fmt: skip
+    print("\nPeak RSS of one process, MB (fresh process; after django.setup() in brackets):")
+    for src, name in (("a", "(a) agent"), ("b", "(b) prometheus")):
+        w, p = res[src]["rss"]["worker"], res[src]["rss"]["web"]
+        print(f"  {name:<16} worker computing the figures {w['peak_rss_mb']:>5.0f} "
+              f"({w['baseline_mb']:.0f}); web serving every page above {p['peak_rss_mb']:>5.0f} "
+              f"({p['baseline_mb']:.0f})")  # fmt: skip
     print(f"\n{'page':<22}{'source':<16}{'role':<8}{'cache':<6}{'p50 ms':>8}{'p95 ms':>8}"
           f"{'portal CPU':>11}{'PG CPU':>8}{'prom CPU':>9}{'queries':>8}{'banner':>7}")  # fmt: skip
     missed = []
@@ -428,6 +450,10 @@ def main() -> int:
             for run in ("first", "steady"):
                 res[src]["refresh"][run] = refresh_cost(prom.pid, pg, qlog)
                 log(f"  {run}: {res[src]['refresh'][run]['wall']:.1f} s")
+            res[src]["rss"] = {
+                "worker": rss_probe("refresh"),
+                "web": rss_probe("pages", *[path for _, path, _ in PAGES]),
+            }
             figs[src] = figures(clients["admin"])
             for page, path, roles in PAGES:
                 for role in roles:

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Q
 from django.utils import timezone
 
 from inventory.models import GPU_RESOURCE, GpuPod, Node
@@ -279,10 +278,14 @@ def idle_allocations(
 
 
 def nodes_with_pods_of(namespaces: set[NsKey]):
-    q = Q()
-    for cluster_id, name in namespaces:
-        q |= Q(cluster_id=cluster_id, namespace=name)
-    return GpuPod.objects.filter(q, node__isnull=False).values("node_id")
+    """The nodes pods of ``namespaces`` run on (a subquery), and maybe a few more: a
+    namespace of the same name on another of their clusters (callers keep only the
+    allocations of ``namespaces``); two IN lists plan faster than hundreds of ORs."""
+    return GpuPod.objects.filter(
+        cluster_id__in={c for c, _ in namespaces},
+        namespace__in={n for _, n in namespaces},
+        node__isnull=False,
+    ).values("node_id")
 
 
 # -- dashboards ---------------------------------------------------------------------------

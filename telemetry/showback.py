@@ -35,7 +35,7 @@ from inventory.models import GPU_RESOURCE
 from quotas.models import Grant, Team
 
 from . import sources
-from .insight import Attribution, NsKey, attribute
+from .insight import Attribution, NsKey, attribute, nodes_with_pods_of
 
 MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
 MIN_YEAR, MAX_YEAR = 2000, 2999
@@ -253,8 +253,13 @@ def ledger(teams, start: datetime, end: datetime, now: datetime | None = None) -
             granted[(g.namespace.team_id, g.resource, g.gpu_class_id)] += hours
     used: dict = defaultdict(lambda: [0.0, 0.0])
     if start < now and ns_team:
-        attribution = attribute(None, now)
-        held = [attribution.gpus[i] for i in attribution.shares]
+        # Only the nodes the teams' pods run on, and the GPUs their namespaces hold there.
+        attribution = attribute(nodes_with_pods_of(set(ns_team)), now)
+        held = [
+            attribution.gpus[i]
+            for i, owners in attribution.shares.items()
+            if any(key in ns_team for key in owners)
+        ]
         for gpu_id, _, hours, busy in sources.gpu_hours(held, start, end, now):
             class_id = attribution.gpus[gpu_id].node.gpu_class_id
             for key, share in attribution.shares[gpu_id].items():

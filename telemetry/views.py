@@ -146,7 +146,7 @@ def _telemetry_of(node: Node) -> NodeTelemetry | None:
 
 def team_usage_context(rows) -> dict:
     teams = [r["team"] if isinstance(r, dict) else r for r in rows]
-    figures = summary.read(_clusters_of(teams)) if teams else None
+    figures = summary.read(_clusters_of(teams), idle=False) if teams else None
     return {
         "rows": insight.team_rows(teams, figures.held) if teams else [],
         "as_of": figures.as_of if figures else None,
@@ -166,7 +166,7 @@ def _clusters_of(teams) -> set:
 def fleet(request: HttpRequest) -> HttpResponse:
     now = timezone.now()
     hours = _hours(now)
-    figures = summary.read(now=now)
+    figures = summary.read(now=now, idle=False)
     chart = _chart(
         {
             p: {h: (s / n if n else None) for h, (s, n) in pts.items()}
