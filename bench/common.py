@@ -147,3 +147,12 @@ def time_gets(client, url: str, repeat: int, before=None) -> dict:
         queries = len(ctx.captured_queries)
     return {"p50_ms": statistics.median(timings) * 1000, "p95_ms": p95(timings) * 1000,
             "queries": queries}  # fmt: skip
+
+
+def peak_rss_mb() -> float:
+    """This process's own peak RSS in MB (VmHWM; ru_maxrss would carry the forking
+    parent's peak across exec on Linux, so a small child of a large bench reads large)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")

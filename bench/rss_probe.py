@@ -5,7 +5,7 @@
     python bench/rss_probe.py pages URL...     # a web process serving these pages (admin)
 
 ``DATABASE_URL`` names the bench's database. Prints one JSON object: ``peak_rss_mb`` (the
-process's ru_maxrss), ``baseline_mb`` (after django.setup(), before the work) and
+process's VmHWM), ``baseline_mb`` (after django.setup(), before the work) and
 ``seconds``.
 """
 
@@ -13,17 +13,13 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-
-
-def peak_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+from bench.common import peak_rss_mb  # noqa: E402
 
 
 def main() -> int:
@@ -38,7 +34,7 @@ def main() -> int:
 
     from telemetry import summary
 
-    baseline = peak_mb()
+    baseline = peak_rss_mb()
     started = time.perf_counter()
     if mode == "refresh":
         result = summary.refresh_all()
@@ -54,7 +50,7 @@ def main() -> int:
     else:
         raise SystemExit(f"unknown mode {mode}")
     seconds = time.perf_counter() - started
-    print(json.dumps({"peak_rss_mb": peak_mb(), "baseline_mb": baseline, "seconds": seconds}))
+    print(json.dumps({"peak_rss_mb": peak_rss_mb(), "baseline_mb": baseline, "seconds": seconds}))
     return 0
 
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -39,16 +38,13 @@ from bench.common import (  # noqa: E402
     database_url,
     fresh_database,
     log,
+    peak_rss_mb,
     sim_argv,
     time_gets,
 )
 from devstack import data_dir  # noqa: E402
 
 BENCH_DB = "portal_bench"
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def django_setup() -> None:

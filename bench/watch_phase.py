@@ -18,7 +18,7 @@ import time
 
 import psutil
 
-from bench.common import log, p95, server_cpu_seconds
+from bench.common import log, p95, peak_rss_mb, server_cpu_seconds
 
 
 def own_cpu() -> float:
@@ -138,6 +138,6 @@ def run(args) -> dict:
             "max_ms": max(values, default=0.0) * 1000,
         }
 
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak_mb = peak_rss_mb()
     return {"idle": idle, "ready": ready, "watched": watched, "peak_rss_mb": peak_mb,
             "added": pct(added), "deleted": pct(deleted), "changes": len(nodes)}  # fmt: skip
