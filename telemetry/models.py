@@ -277,4 +277,28 @@ class ClusterSummary(models.Model):
         verbose_name_plural = "cluster summaries"
 
 
+class UsageHour(models.Model):
+    """GPU-hours a namespace's pods held (``allocated``) and their utilisation-weighted
+    part (``busy``) in one hour, per GPU class of the nodes: written by the figures'
+    computation (telemetry.summary) with the attribution of the time, so showback and the
+    team chart sum rows instead of reading every GPU's history per view. The last 3 closed
+    hours and the current one are rewritten at each computation (late reports)."""
+
+    cluster = models.ForeignKey("inventory.Cluster", on_delete=models.CASCADE, related_name="+")
+    namespace = models.CharField(max_length=253)
+    # SET_NULL as the node's own class: a deleted class's hours show under "no class".
+    gpu_class = models.ForeignKey(
+        "inventory.GpuClass", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    hour = models.DateTimeField()
+    allocated = models.FloatField()
+    busy = models.FloatField()
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["cluster", "hour"], name="usagehour_cluster_hour"),
+            models.Index(fields=["cluster", "namespace", "hour"], name="usagehour_ns_hour"),
+        ]
+
+
 from .models_source import PrometheusSource  # noqa: E402,F401  (a model of this app, own module)

@@ -3,8 +3,9 @@
 - ``rollup_hours``: hourly points from the 5-minute ones of the last few closed hours.
   Recomputed from scratch and replaced (``ON CONFLICT DO UPDATE SET = EXCLUDED``), so a run
   is idempotent and late reports (accepted up to 1 hour old) are folded in by the next run.
-- ``expire``: deletes 5-minute points after 30 days, hourly ones after 365 days and
-  idempotency keys after 2 hours, in batches so no delete holds locks for long.
+- ``expire``: deletes 5-minute points after 30 days, hourly ones (and the GPU-hours per
+  namespace and hour) after 365 days and idempotency keys after 2 hours, in batches so no
+  delete holds locks for long.
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ class Expired:
     five_minute: int
     hourly: int
     report_keys: int
+    usage_hours: int = 0
 
 
 def expire(now: datetime | None = None) -> Expired:
@@ -80,4 +82,6 @@ def expire(now: datetime | None = None) -> Expired:
         report_keys=_delete_before(
             "telemetry_agentreport", "received_at", now - REPORT_KEY_RETENTION
         ),
+        # GPU-hours per namespace and hour (telemetry.summary): as long as hourly points.
+        usage_hours=_delete_before("telemetry_usagehour", "hour", now - HOURLY_RETENTION),
     )

@@ -12,9 +12,12 @@
 History comes from each cluster's telemetry source (telemetry.sources): for agent clusters
 the hourly points for closed hours (rolled up every 10 minutes, last 3 hours re-rolled) and
 the 5-minute points for the last two hours; for Prometheus clusters the same 5-minute
-points computed by Prometheus from dcgm-exporter's samples. Attribution is the
-*current* one (who holds which GPU now), applied to the whole period: exact for
-allocations that lasted the period, approximate for pods that came and went.
+points computed by Prometheus from dcgm-exporter's samples. Attribution is the one of
+the hour: the figures' computation (telemetry.summary) writes each namespace's GPU-hours
+per hour and class (UsageHour) with the attribution of that moment, and showback sums
+those rows (:func:`used_cells`); hours before a cluster's rows begin use the *current*
+attribution (who holds which GPU now) for the whole span: exact for allocations that
+lasted it, approximate for pods that came and went.
 
 Every figure is a sum of :class:`Ledger` cells kept per GPU class (the grant's class; the
 class of the node a GPU is on), so the per-team rows here and the per-class rows of
@@ -129,6 +132,52 @@ def used_hours(
             cell[0] += hours * share
             cell[1] += busy * share
     return {k: {h: (a, b) for h, (a, b) in v.items()} for k, v in out.items()}
+
+
+def used_cells(keys: set[NsKey], start: datetime, end: datetime, now: datetime) -> dict:
+    """{(cluster id, namespace, GPU class id, hour): [allocated, busy GPU-hours]} of the
+    namespaces ``keys`` in [start, min(end, now)): the UsageHour rows the figures'
+    computation writes (telemetry.summary) from when they cover each cluster, and before
+    that the history with the current attribution. A fixed number of queries."""
+    from . import summary
+    from .models import UsageHour
+
+    out: dict = defaultdict(lambda: [0.0, 0.0])
+    stop = min(end, now)
+    if start >= stop or not keys:
+        return out
+    since = summary.usage_since({c for c, _ in keys}, now)
+    rows = UsageHour.objects.filter(
+        cluster_id__in=list(since), namespace__in={n for _, n in keys},
+        hour__gte=start, hour__lt=stop,
+    ).values_list(
+        "cluster_id", "namespace", "gpu_class_id", "hour", "allocated", "busy"
+    )  # fmt: skip
+    for cluster_id, ns, class_id, hour, a, b in rows:
+        if (cluster_id, ns) in keys and hour >= since[cluster_id]:
+            cell = out[(cluster_id, ns, class_id, hour)]
+            cell[0] += a
+            cell[1] += b
+    early = {c: at for c, at in since.items() if at > start}  # hours before the rows begin
+    before = {k for k in keys if k[0] in early}
+    if not before:
+        return out
+    attribution = attribute(nodes_with_pods_of(before), now)
+    held: dict = defaultdict(list)
+    for gpu_id, owners in attribution.shares.items():
+        if any(key in before for key in owners):
+            g = attribution.gpus[gpu_id]
+            held[g.node.cluster_id].append(g)
+    for cluster_id, gpus in held.items():
+        upto = min(end, early[cluster_id])
+        for gpu_id, hour, hours, busy in sources.gpu_hours(gpus, start, upto, now, by_hour=True):
+            class_id = attribution.gpus[gpu_id].node.gpu_class_id
+            for key, share in attribution.shares[gpu_id].items():
+                if key in before:
+                    cell = out[(*key, class_id, hour)]
+                    cell[0] += hours * share
+                    cell[1] += busy * share
+    return out
 
 
 # -- the report ---------------------------------------------------------------------------
@@ -252,22 +301,10 @@ def ledger(teams, start: datetime, end: datetime, now: datetime | None = None) -
         if hours:
             granted[(g.namespace.team_id, g.resource, g.gpu_class_id)] += hours
     used: dict = defaultdict(lambda: [0.0, 0.0])
-    if start < now and ns_team:
-        # Only the nodes the teams' pods run on, and the GPUs their namespaces hold there.
-        attribution = attribute(nodes_with_pods_of(set(ns_team)), now)
-        held = [
-            attribution.gpus[i]
-            for i, owners in attribution.shares.items()
-            if any(key in ns_team for key in owners)
-        ]
-        for gpu_id, _, hours, busy in sources.gpu_hours(held, start, end, now):
-            class_id = attribution.gpus[gpu_id].node.gpu_class_id
-            for key, share in attribution.shares[gpu_id].items():
-                team_id = ns_team.get(key)
-                if team_id is not None:
-                    cell = used[(team_id, class_id)]
-                    cell[0] += hours * share
-                    cell[1] += busy * share
+    for (cluster_id, ns, class_id, _), (a, b) in used_cells(set(ns_team), start, end, now).items():
+        cell = used[(ns_team[(cluster_id, ns)], class_id)]
+        cell[0] += a
+        cell[1] += b
     return Ledger(teams=teams, granted=dict(granted), used=dict(used),
                   **_coverage(ns_team, granted, start, stop))  # fmt: skip
 

@@ -46,7 +46,7 @@ from inventory.models import Cluster, Node, base_product
 from . import classes, insight, sources
 from .insight import Allocation, NsKey
 from .measured import measured_cluster_ids
-from .models import ClusterSummary
+from .models import ClusterSummary, UsageHour
 from .sources.agent import history_horizon
 
 log = logging.getLogger(__name__)
@@ -107,6 +107,7 @@ def compute(cluster_id: int, now: datetime, previous: dict | None = None) -> dic
         idle = insight.idle_allocations(now=now, attribution=attribution)
         classes.set_idle_since(idle, now)
         hours = _hours(cluster_id, now, previous)
+        usage_since = _write_usage(cluster_id, now, attribution, previous)
         outages = [o.message for o in state["outages"].values()]
     return {
         "definition": _definition(cluster_id),
@@ -114,6 +115,7 @@ def compute(cluster_id: int, now: datetime, previous: dict | None = None) -> dic
         "products": {p: v for p, v in sorted(products.items())},
         "hours": hours,
         "hours_at": now.timestamp(),
+        "usage_since": usage_since.timestamp(),
         "idle": [_stored(a) for a in idle],
         "outages": outages,
     }
@@ -136,6 +138,39 @@ def _hours(cluster_id: int, now: datetime, previous: dict | None) -> dict:
             if hour >= start:
                 kept[product].append([hour.timestamp(), s, n])
     return dict(kept)
+
+
+def month_start(t: datetime) -> datetime:
+    t = t.astimezone(UTC)
+    return datetime(t.year, t.month, 1, tzinfo=UTC)
+
+
+def _write_usage(cluster_id, now: datetime, attribution, previous: dict | None) -> datetime:
+    """Write the cluster's UsageHour rows from the hour that may still change (3 closed
+    hours before the previous computation's hour; the start of the month on a first
+    computation, which backfills it with the current attribution) to now; return since
+    when the rows cover the cluster."""
+    since = _dt((previous or {}).get("usage_since")) or month_start(now)
+    start = since
+    if previous and previous.get("hours_at") is not None:
+        start = max(since, history_horizon(_dt(previous["hours_at"])) - SETTLED + HOUR)
+    start = min(start, history_horizon(now) - SETTLED + HOUR)
+    held = [attribution.gpus[i] for i in attribution.shares]
+    cells: dict = defaultdict(lambda: [0.0, 0.0])
+    for gpu_id, hour, hours, busy in sources.gpu_hours(held, start, now, now, by_hour=True):
+        class_id = attribution.gpus[gpu_id].node.gpu_class_id
+        for (_, ns), share in attribution.shares[gpu_id].items():
+            cell = cells[(ns, class_id, hour)]
+            cell[0] += hours * share
+            cell[1] += busy * share
+    UsageHour.objects.filter(cluster_id=cluster_id, hour__gte=start).delete()
+    UsageHour.objects.bulk_create(
+        (UsageHour(cluster_id=cluster_id, namespace=ns, gpu_class_id=class_id, hour=hour,
+                   allocated=a, busy=b)
+         for (ns, class_id, hour), (a, b) in cells.items() if hour >= start),
+        batch_size=2000,
+    )  # fmt: skip
+    return min(since, start)
 
 
 def _stored(a: Allocation) -> dict:
@@ -235,17 +270,29 @@ class Figures:
 
 def rows(cluster_ids=None, now: datetime | None = None) -> list[ClusterSummary]:
     """The rows of the measured clusters (among ``cluster_ids``), each computed here where
-    it is missing, too old or of other settings."""
+    it is missing, too old or of other settings. Outages recorded when they were computed
+    are added to the request's (telemetry.sources.outages): the page shows the banner."""
     now = now or timezone.now()
     measured = measured_cluster_ids(cluster_ids)
     found = {r.cluster_id: r for r in ClusterSummary.objects.filter(cluster_id__in=measured)}
     out = []
+    names: dict = {}
     for cluster_id in sorted(measured):
         row = found.get(cluster_id)
         if row is None or not _usable(row, now):
             row = refresh(cluster_id, now, force=False)
+        for message in row.data.get("outages", []):
+            names = names or dict(Cluster.objects.values_list("pk", "name"))
+            name = names.get(cluster_id, str(cluster_id))
+            sources.record_outage(cluster_id, sources.Outage(name, message))
         out.append(row)
     return out
+
+
+def usage_since(cluster_ids, now: datetime | None = None) -> dict:
+    """{cluster id: since when its UsageHour rows cover it} for the measured clusters
+    among ``cluster_ids`` (their rows computed where needed)."""
+    return {r.cluster_id: _dt(r.data.get("usage_since")) for r in rows(cluster_ids, now)}
 
 
 def read(
@@ -258,19 +305,14 @@ def read(
     """The figures of the measured clusters (among ``cluster_ids``); idle allocations only
     of ``namespaces`` / on ``node_ids`` where given, with their nodes, teams and idle-since
     (classes.idle_by_class sets their class and idle GPU-hours; ``idle`` False: none, for
-    pages that show none). Outages recorded when the figures were computed are added to
-    the request's (telemetry.sources.outages)."""
+    pages that show none)."""
     now = now or timezone.now()
     out = Figures()
     stored = []
-    names = {}
     node_ids = None if node_ids is None else {str(n) for n in node_ids}
     for row in rows(cluster_ids, now):
         cid, data = row.cluster_id, row.data
         out.computed_at[cid] = row.computed_at
-        for message in data.get("outages", []):
-            names = names or dict(Cluster.objects.values_list("pk", "name"))
-            sources.record_outage(cid, sources.Outage(names.get(cid, str(cid)), message))
         for ns, h, b in data["held"]:
             out.held[(cid, ns)] = (h, b)
         for product, (h, b) in data["products"].items():

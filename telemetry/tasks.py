@@ -46,6 +46,7 @@ def expire_history() -> dict[str, int]:
         expired.report_keys,
     )
     return {
+        "usage_hours": expired.usage_hours,
         "five_minute": expired.five_minute,
         "hourly": expired.hourly,
         "report_keys": expired.report_keys,

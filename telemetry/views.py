@@ -206,9 +206,6 @@ def team(request: HttpRequest, slug: str) -> HttpResponse:
     now = timezone.now()
     namespaces = list(TeamNamespace.objects.filter(team=team).select_related("cluster"))
     keys = {(ns.cluster_id, ns.name) for ns in namespaces}
-    node_ids = (
-        list(insight.nodes_with_pods_of(keys).values_list("node_id", flat=True)) if keys else []
-    )
     figures = summary.read({c for c, _ in keys}, now, namespaces=keys)
     held = figures.held
     granted: dict = defaultdict(int)
@@ -239,15 +236,11 @@ def team(request: HttpRequest, slug: str) -> HttpResponse:
             }
         )
     hours = _hours(now)
-    # The chart's hours: the team's nodes only (the current attribution, as showback's).
-    attribution = insight.attribute(node_ids, now) if keys else None
-    used = showback.used_hours(hours[0], now, attribution, now=now) if keys else {}
     by_hour_alloc: dict = defaultdict(float)
     by_hour_busy: dict = defaultdict(float)
-    for key in keys:
-        for hour, (a, b) in used.get(key, {}).items():
-            by_hour_alloc[hour] += a
-            by_hour_busy[hour] += b
+    for (_, _, _, hour), (a, b) in showback.used_cells(keys, hours[0], now, now).items():
+        by_hour_alloc[hour] += a
+        by_hour_busy[hour] += b
     chart = _chart(
         {
             "Utilisation of held GPUs (%)": {

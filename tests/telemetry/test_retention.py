@@ -9,7 +9,7 @@ import time_machine
 from django.utils import timezone
 
 from telemetry import retention, tasks
-from telemetry.models import AgentReport, GpuHistory1h, GpuHistory5m, GpuState
+from telemetry.models import AgentReport, GpuHistory1h, GpuHistory5m, GpuState, UsageHour
 from tests.factories import make_cluster, make_node
 
 pytestmark = pytest.mark.django_db
@@ -76,9 +76,15 @@ def test_expiry_honours_each_retention(gpu):
     AgentReport.objects.create(node=gpu.node, timestamp=now, received_at=now - timedelta(hours=1))
     AgentReport.objects.create(node=gpu.node, timestamp=now - timedelta(hours=3),
                                received_at=now - timedelta(hours=2, minutes=1))  # fmt: skip
+    for days in (364, 366):
+        UsageHour.objects.create(cluster=gpu.node.cluster, namespace="ml", allocated=1, busy=0,
+                                 hour=now - timedelta(days=days))  # fmt: skip
     with time_machine.travel(now, tick=False):
-        assert tasks.expire_history() == {"five_minute": 1, "hourly": 1, "report_keys": 1}
-        assert tasks.expire_history() == {"five_minute": 0, "hourly": 0, "report_keys": 0}
+        assert tasks.expire_history() == {"five_minute": 1, "hourly": 1, "report_keys": 1,
+                                          "usage_hours": 1}  # fmt: skip
+        assert tasks.expire_history() == {"five_minute": 0, "hourly": 0, "report_keys": 0,
+                                          "usage_hours": 0}  # fmt: skip
+    assert UsageHour.objects.get().hour == now - timedelta(days=364)
     assert list(GpuHistory5m.objects.all()) == [keep_5m]
     assert GpuHistory1h.objects.get().bucket == now - timedelta(days=364)
     assert AgentReport.objects.get().timestamp == now

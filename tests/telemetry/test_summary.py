@@ -16,8 +16,15 @@ from django.urls import reverse
 from django.utils import timezone
 
 from portal.health import REGISTRY
+from quotas.models import Team
 from telemetry import retention, summary, tasks
-from telemetry.models import ClusterSummary, GpuHistory1h, GpuHistory5m, PrometheusSource
+from telemetry.models import (
+    ClusterSummary,
+    GpuHistory1h,
+    GpuHistory5m,
+    GpuState,
+    PrometheusSource,
+)
 from tests.factories import make_cluster, make_node, make_pod
 from tests.quotas.builders import make_namespace, make_team, make_user
 
@@ -165,3 +172,57 @@ def test_a_cluster_that_changes_source_is_computed_again_from_nothing(world):
     assert row.data["definition"][2] == "prometheus"
     assert "connection refused" in row.data["outages"][0]  # port 9: recorded in the row
     assert figures.series == {} and figures.idle == []  # no agent figure kept
+
+
+# -- GPU-hours per namespace and hour (UsageHour) ------------------------------------------
+
+
+def _month_world(world):
+    """12 hours of g0 at 50 % for train-0 in the middle of the month, hourly points rolled
+    up; the figures computed at ``now``."""
+    g0, _ = world["gpus"]
+    now = summary.month_start(timezone.now()) + timedelta(days=14, hours=12)
+    GpuHistory5m.objects.all().delete()
+    fill_5m(g0, now - timedelta(hours=12), now, 50)
+    retention.rollup_hours(now, hours=13)
+    summary.refresh(world["cluster"].pk, now)
+    start, end = summary.month_start(now), summary.month_start(now + timedelta(days=20))
+    return now, start, end
+
+
+def _vision_used(world, start, end, now) -> tuple[float, float]:
+    from telemetry.showback import ledger
+
+    led = ledger([Team.objects.get(slug="vision")], start, end, now)
+    return tuple(sum(cell[i] for cell in led.used.values()) for i in (0, 1))
+
+
+def test_showback_reads_the_hours_written_by_the_computation(world):
+    now, start, end = _month_world(world)
+    allocated, busy = _vision_used(world, start, end, now)
+    g0 = world["gpus"][0]
+    hours = GpuHistory1h.objects.filter(gpu=g0, bucket__lt=now).count()
+    assert allocated == pytest.approx(hours + 0, abs=1.0) and busy == pytest.approx(allocated / 2)
+    GpuHistory1h.objects.update(util_sum=0)  # history rewritten after the computation
+    settled = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
+    GpuHistory5m.objects.filter(bucket__lt=settled).update(util_sum=0)
+    # Settled hours are the stored rows, so their busy part stands.
+    assert _vision_used(world, start, end, now) == pytest.approx((allocated, busy))
+
+
+def test_showback_keeps_the_hours_of_a_pod_that_has_ended(world):
+    from inventory.models import GpuPod
+
+    now, start, end = _month_world(world)
+    allocated, _ = _vision_used(world, start, end, now)
+    GpuState.objects.filter(pk=world["gpus"][0].pk).update(processes=[])
+    GpuPod.objects.filter(name="train-0").delete()  # the pod ended
+    later = now + timedelta(minutes=1)
+    summary.refresh(world["cluster"].pk, later)
+    kept, _ = _vision_used(world, start, end, later)
+    # The hours before the rewritten ones (3 closed hours and the current one) were
+    # written while the pod ran: they stay the team's (the current attribution alone
+    # would give it nothing now).
+    settled = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
+    hours = GpuHistory1h.objects.filter(gpu=world["gpus"][0], bucket__lt=settled).count()
+    assert hours >= 8 and kept == pytest.approx(hours) and kept < allocated
