@@ -17,6 +17,11 @@ one :class:`~telemetry.models.ClusterSummary` row:
 - ``idle``: the idle allocations (insight.idle_allocations) with their ``idle_since``
   (classes.set_idle_since);
 - ``outages``: the source's failure message, where it did not answer;
+- ``usage_since``: since when the cluster's :class:`~telemetry.models.UsageHour` rows
+  cover it: the same computation writes each namespace's allocated and busy GPU-hours per
+  hour and GPU class with the attribution of the moment (the last 3 closed hours and the
+  current one rewritten; a first computation fills the month), which showback and the
+  team page sum (telemetry.showback.used_cells);
 - ``definition``: the idle threshold and window and the source it was computed with.
 
 Every page, the API, the node page's badges and ``/metrics`` read these rows through
