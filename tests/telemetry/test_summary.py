@@ -138,6 +138,7 @@ def test_pages_read_no_raw_history_or_pods_once_the_rows_exist(client, world):
         (reverse("telemetry:fleet"), ("telemetry_gpuhistory", "inventory_gpupod")),
         (reverse("telemetry:idle"), ("telemetry_gpuhistory", "inventory_gpupod")),
         ("/api/v1/idle-allocations/", ("telemetry_gpuhistory", "inventory_gpupod")),
+        (reverse("telemetry:showback"), ("telemetry_gpuhistory", "inventory_gpupod")),
         (reverse("quotas:teams"), ("telemetry_gpuhistory",)),
     ):
         with CaptureQueriesContext(connection) as ctx:
