@@ -256,6 +256,8 @@ TELEMETRY_MIG_STUCK_MINUTES = env.int("TELEMETRY_MIG_STUCK_MINUTES", default=30)
 # stopped) computes it itself.
 TELEMETRY_SUMMARY_INTERVAL_SECONDS = env.int("TELEMETRY_SUMMARY_INTERVAL_SECONDS", default=60)
 TELEMETRY_SUMMARY_MAX_AGE_SECONDS = env.int("TELEMETRY_SUMMARY_MAX_AGE_SECONDS", default=300)
+# ... and the GPU-hours per namespace and hour (showback) are rewritten this often.
+TELEMETRY_USAGE_INTERVAL_SECONDS = env.int("TELEMETRY_USAGE_INTERVAL_SECONDS", default=300)
 
 # MIG reconfiguration (the coordinator, docs/mig.md).
 # The ConfigMap the GPU Operator's ClusterPolicy names in spec.migManager.config.name.

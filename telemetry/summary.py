@@ -20,8 +20,9 @@ one :class:`~telemetry.models.ClusterSummary` row:
 - ``usage_since``: since when the cluster's :class:`~telemetry.models.UsageHour` rows
   cover it: the same computation writes each namespace's allocated and busy GPU-hours per
   hour and GPU class with the attribution of the moment (the last 3 closed hours and the
-  current one rewritten; a first computation fills the month), which showback and the
-  team page sum (telemetry.showback.used_cells);
+  current one rewritten every ``TELEMETRY_USAGE_INTERVAL_SECONDS``, 300; a first
+  computation fills the month), which showback and the team page sum
+  (telemetry.showback.used_cells);
 - ``definition``: the idle threshold and window and the source it was computed with.
 
 Every page, the API, the node page's badges and ``/metrics`` read these rows through
@@ -64,6 +65,12 @@ LOCK_SPACE = 0x7E1E  # pg advisory lock (space, cluster id): one computation per
 
 def interval() -> float:
     return float(getattr(settings, "TELEMETRY_SUMMARY_INTERVAL_SECONDS", 60))
+
+
+def usage_interval() -> timedelta:
+    """How often the GPU-hours per namespace and hour are rewritten (each rewrite reads the
+    last 4 hours of every held GPU: the costliest part of a computation)."""
+    return timedelta(seconds=float(getattr(settings, "TELEMETRY_USAGE_INTERVAL_SECONDS", 300)))
 
 
 def max_age() -> timedelta:
@@ -112,7 +119,11 @@ def compute(cluster_id: int, now: datetime, previous: dict | None = None) -> dic
         idle = insight.idle_allocations(now=now, attribution=attribution)
         classes.set_idle_since(idle, now)
         hours = _hours(cluster_id, now, previous)
-        usage_since = _write_usage(cluster_id, now, attribution, previous)
+        usage_at = _dt((previous or {}).get("usage_at"))
+        if usage_at is None or not usage_at <= now < usage_at + usage_interval():
+            usage_since, usage_at = _write_usage(cluster_id, now, attribution, previous), now
+        else:  # written less than the usage interval ago
+            usage_since = _dt(previous["usage_since"])
         outages = [o.message for o in state["outages"].values()]
     return {
         "definition": _definition(cluster_id),
@@ -121,6 +132,7 @@ def compute(cluster_id: int, now: datetime, previous: dict | None = None) -> dic
         "hours": hours,
         "hours_at": now.timestamp(),
         "usage_since": usage_since.timestamp(),
+        "usage_at": usage_at.timestamp(),
         "idle": [_stored(a) for a in idle],
         "outages": outages,
     }
@@ -157,8 +169,8 @@ def _write_usage(cluster_id, now: datetime, attribution, previous: dict | None) 
     when the rows cover the cluster."""
     since = _dt((previous or {}).get("usage_since")) or month_start(now)
     start = since
-    if previous and previous.get("hours_at") is not None:
-        start = max(since, history_horizon(_dt(previous["hours_at"])) - SETTLED + HOUR)
+    if previous and previous.get("usage_at") is not None:
+        start = max(since, history_horizon(_dt(previous["usage_at"])) - SETTLED + HOUR)
     start = min(start, history_horizon(now) - SETTLED + HOUR)
     held = [attribution.gpus[i] for i in attribution.shares]
     cells: dict = defaultdict(lambda: [0.0, 0.0])

@@ -198,6 +198,19 @@ def _vision_used(world, start, end, now) -> tuple[float, float]:
     return tuple(sum(cell[i] for cell in led.used.values()) for i in (0, 1))
 
 
+def test_the_hours_are_rewritten_once_per_usage_interval(world):
+    now, start, end = _month_world(world)
+    allocated, _ = _vision_used(world, start, end, now)
+    GpuState.objects.filter(pk=world["gpus"][0].pk).update(processes=[])
+    for minutes, expect in ((1, allocated), (4, allocated)):  # within 5 minutes: kept
+        at = now + timedelta(minutes=minutes)
+        summary.refresh(world["cluster"].pk, at)
+        assert _vision_used(world, start, end, at)[0] == pytest.approx(expect)
+    at = now + timedelta(minutes=5)
+    summary.refresh(world["cluster"].pk, at)
+    assert _vision_used(world, start, end, at)[0] < allocated
+
+
 def test_showback_reads_the_hours_written_by_the_computation(world):
     now, start, end = _month_world(world)
     allocated, busy = _vision_used(world, start, end, now)
@@ -218,7 +231,7 @@ def test_showback_keeps_the_hours_of_a_pod_that_has_ended(world):
     allocated, _ = _vision_used(world, start, end, now)
     GpuState.objects.filter(pk=world["gpus"][0].pk).update(processes=[])
     GpuPod.objects.filter(name="train-0").delete()  # the pod ended
-    later = now + timedelta(minutes=1)
+    later = now + timedelta(minutes=6)  # past the usage interval (5 minutes)
     summary.refresh(world["cluster"].pk, later)
     kept, _ = _vision_used(world, start, end, later)
     # The hours before the rewritten ones (3 closed hours and the current one) were
