@@ -21,17 +21,19 @@ by the time the pages are read (queries never look past "now"): the run must fin
 within that (it takes a few minutes).
 
 For each source, first what the beat does every minute (telemetry/summary.py): the
-cluster's figures computed from nothing (the first computation) and then again (the
-steady state, settled hours kept), each with its wall time and its CPU in the portal,
-PostgreSQL and Prometheus. Then every page that reads them, as the admin and as a member
-of one team (fleet, idle, team, showback, My teams, the idle API), N times (``--repeat``,
-default 5) after a warm-up, with the cache cleared before each request (cold) and not
-(warm): latency (p50, p95), portal / PostgreSQL / Prometheus CPU, SQL queries.
-Prometheus' query log names the costliest queries of each computation. The two sources
-must agree on the idle allocations (count, GPUs) and on every product's held and busy
-GPUs; the run fails with a clear message where they do not, or where a page misses its
-target (p95 <= 1 s). ``--json FILE`` writes the page figures as make bench-pages does
-(``page``, ``source``, ``cache``, ``role``, ``p50_ms``, ``p95_ms``, ``queries``).
+cluster's figures computed from nothing (the first computation, the month's GPU-hours per
+namespace and hour included), then again (the steady state, settled hours kept), then once
+more rewriting the GPU-hours of the last 4 hours (as one minute in five does), each with
+its wall time and its CPU in the portal, PostgreSQL and Prometheus. Then every page that
+reads them, as the admin and as a member of one team (fleet, idle, team, showback, My
+teams, the idle API), N times (``--repeat``, default 5) after a warm-up, with the cache
+cleared before each request (cold) and not (warm): latency (p50, p95), portal / PostgreSQL
+/ Prometheus CPU, SQL queries. Prometheus' query log names the costliest queries of each
+computation. The two sources must agree on the idle allocations (count, GPUs) and on every
+product's held and busy GPUs; the run fails with a clear message where they do not, or
+where a page misses its target (p95 <= 1 s). ``--json FILE`` writes the page figures as
+make bench-pages does (``page``, ``source``, ``cache``, ``role``, ``p50_ms``, ``p95_ms``,
+``queries``).
 """
 
 from __future__ import annotations
@@ -316,6 +318,9 @@ PAGES = [  # (name, URL, roles): what an admin or a member of team-000 opens
     ("api idle allocations", "/api/v1/idle-allocations/", ("admin", "member")),
 ]
 TARGET_S = 1.0
+# The computation from nothing (its month of GPU-hours included), a minute after, and a
+# minute that rewrites the GPU-hours per namespace and hour.
+RUNS = ("first", "steady", "usage")
 SLOW_S = 10.0  # a page slower than this is read once per mode (N = 1 in its row)
 
 
@@ -336,7 +341,7 @@ def report(args, prep: dict, fig_a: dict, fig_b: dict, res: dict) -> list[str]:
     print("\nThe beat's computation of the figures (telemetry.summary.refresh_all), seconds:")
     print(f"{'source':<16}{'run':<9}{'wall':>8}{'portal CPU':>12}{'PG CPU':>8}{'prom CPU':>10}")
     for src, name in (("a", "(a) agent"), ("b", "(b) prometheus")):
-        for run in ("first", "steady"):
+        for run in RUNS:
             r = res[src]["refresh"][run]
             print(f"{name:<16}{run:<9}{r['wall']:>8.2f}{r['cpu']:>12.2f}{r['pg']:>8.2f}"
                   f"{r['prom']:>10.2f}")  # fmt: skip
@@ -360,7 +365,7 @@ def report(args, prep: dict, fig_a: dict, fig_b: dict, res: dict) -> list[str]:
                       f"{r['prom'] * 1000:>7.0f}ms{r['queries']:>8}{r['banner']:>7}"
                       f"{'' if ok else '  MISSED'}")  # fmt: skip
     print("\n(b) costliest Prometheus queries of each computation (hosts elided):")
-    for run in ("first", "steady"):
+    for run in RUNS:
         for seconds, count, query in res["b"]["refresh"][run]["top"]:
             text = query if len(query) <= 160 else query[:157] + "..."
             print(f"  {run:<7}{seconds:>7.1f} s {count:>3}x  {text}")
@@ -409,7 +414,7 @@ def main() -> int:
     django.setup()
     from django.contrib.auth import get_user_model
     from django.db import connection
-    from django.test import Client
+    from django.test import Client, override_settings
 
     from quotas.models import Membership, Team
 
@@ -447,8 +452,13 @@ def main() -> int:
                 sync = switch_to_prometheus(fleet["cluster"], url)
             log(f"({src}) the beat's computation of the figures: first, then steady")
             res[src] = {"refresh": {}, "pages": {}}
-            for run in ("first", "steady"):
-                res[src]["refresh"][run] = refresh_cost(prom.pid, pg, qlog)
+            for run in RUNS:
+                # "usage": a minute whose computation rewrites the GPU-hours per namespace
+                # and hour, as one in every TELEMETRY_USAGE_INTERVAL_SECONDS does.
+                with override_settings(
+                    TELEMETRY_USAGE_INTERVAL_SECONDS=0 if run == "usage" else 300
+                ):
+                    res[src]["refresh"][run] = refresh_cost(prom.pid, pg, qlog)
                 log(f"  {run}: {res[src]['refresh'][run]['wall']:.1f} s")
             res[src]["rss"] = {
                 "worker": rss_probe("refresh"),
