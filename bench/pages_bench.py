@@ -17,9 +17,9 @@ Prints a table and, with ``--json FILE``, a list of objects with ``page``, ``sou
 for every page and list, <= 300 ms for the fleet, nodes, team and approvals queue pages,
 and query counts equal at both sizes.
 
-Not yet measured here: the telemetry pages (fleet, team, idle, showback: ``make
-bench-telemetry`` times them on both telemetry sources), the capacity timeline and the
-waiting page with telemetry history; ``source`` is ``none`` for every row of this version.
+The telemetry pages (fleet, idle, team, showback, My teams' usage, the idle API) are timed
+on both telemetry sources by ``make bench-telemetry`` (bench/telemetry_bench.py), which
+writes the same rows with ``source`` ``agent`` or ``prometheus``; here it is ``none``.
 """
 
 from __future__ import annotations
