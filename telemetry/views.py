@@ -220,6 +220,7 @@ def team(request: HttpRequest, slug: str) -> HttpResponse:
         ).values_list("cluster_id", "namespace", "requested")
     }
     ns_rows = []
+    measured = set(figures.computed_at)  # the measured clusters among the team's
     for ns in namespaces:
         key = (ns.cluster_id, ns.name)
         h, b = held.get(key, (0.0, 0.0))
@@ -232,6 +233,7 @@ def team(request: HttpRequest, slug: str) -> HttpResponse:
                     requested=requested.get(key, 0),
                     held=h,
                     busy=b,
+                    measured_any=ns.cluster_id in measured,  # else "not measured", never 0
                 ),
             }
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.urls import reverse
 from django.utils import timezone
 
 from telemetry.insight import team_rows
@@ -15,7 +16,7 @@ from telemetry.renewals import annotate_renewals
 from telemetry.showback import showback
 from telemetry.summary import read
 from tests.factories import make_cluster, make_node
-from tests.quotas.builders import make_grant, make_namespace, make_team
+from tests.quotas.builders import make_grant, make_namespace, make_team, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -170,3 +171,11 @@ def test_the_showback_page_says_which_hours_come_from_pod_records(recorded, clie
     body = client.get("/api/v1/showback/").json()
     dark = next(r for r in body["results"] if r["team"] == "dark")
     assert dark["allocated_from"] == ["inventory"] and dark["busy_gpu_hours"] is None
+
+
+def test_the_team_page_says_not_measured_per_namespace_instead_of_0(world, client):
+    client.force_login(make_user("ada", staff=True))
+    html = client.get(reverse("telemetry:team", args=["both"])).content.decode()
+    rows = {r.split("</code>")[0]: r for r in html.split("<code>")[1:] if "</tr>" in r}
+    assert "not measured" in rows["b-2"]  # the Kueue cluster sends no telemetry
+    assert "not measured" not in rows["b-1"] and '<td class="num">0</td>' in rows["b-1"]
