@@ -30,7 +30,8 @@ Every page, the API, the node page's badges and ``/metrics`` read these rows thr
 one for their teams), so they show one figure, computed once, with its time
 (``as_of``). A cluster without a row, with one older than
 ``TELEMETRY_SUMMARY_MAX_AGE_SECONDS`` (the beat stopped) or computed with another idle
-threshold or window, is computed by the reader and stored: slower, never wrong.
+threshold or window, is computed by the reader and stored: slower, never wrong (a row
+that is only old is shown with its time while another process computes the next one).
 """
 
 from __future__ import annotations
@@ -206,13 +207,18 @@ def _stored(a: Allocation) -> dict:
     }
 
 
+def lock_key(cluster_id) -> list[int]:
+    """The cluster's advisory lock (two int4 keys): one computation at a time."""
+    return [LOCK_SPACE, uuid.UUID(str(cluster_id)).int % 2**31]
+
+
 def refresh(
     cluster_id: int, now: datetime | None = None, *, wait: bool = True, force: bool = True
 ) -> ClusterSummary | None:
     """Compute one cluster's row and store it. With ``wait`` False, return None instead of
     waiting when another process is computing it; with ``force`` False (a reader), keep a
     row that is usable by the time the lock is held (another reader computed it)."""
-    key = [LOCK_SPACE, uuid.UUID(str(cluster_id)).int % 2**31]
+    key = lock_key(cluster_id)
     with connection.cursor() as cur:
         fn = "pg_advisory_lock" if wait else "pg_try_advisory_lock"
         cur.execute(f"SELECT {fn}(%s, %s)", key)
@@ -297,7 +303,10 @@ def rows(cluster_ids=None, now: datetime | None = None) -> list[ClusterSummary]:
     for cluster_id in sorted(measured):
         row = found.get(cluster_id)
         if row is None or not _usable(row, now):
-            row = refresh(cluster_id, now, force=False)
+            # Another process computing it: the older row meanwhile, with its time (a
+            # first computation, or one of other settings, is waited for).
+            same = row is not None and row.data.get("definition") == _definition(cluster_id)
+            row = refresh(cluster_id, now, wait=not same, force=False) or row
         for message in row.data.get("outages", []):
             names = names or dict(Cluster.objects.values_list("pk", "name"))
             name = names.get(cluster_id, str(cluster_id))

@@ -240,3 +240,20 @@ def test_showback_keeps_the_hours_of_a_pod_that_has_ended(world):
     settled = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
     hours = GpuHistory1h.objects.filter(gpu=world["gpus"][0], bucket__lt=settled).count()
     assert hours >= 8 and kept == pytest.approx(hours) and kept < allocated
+
+
+def test_an_old_row_is_shown_while_another_process_computes_the_next(world):
+    summary.refresh(world["cluster"].pk)
+    old = timezone.now() - timedelta(seconds=301)
+    ClusterSummary.objects.update(computed_at=old)
+    other = connection.copy()  # another process's session holding the cluster's lock
+    try:
+        with other.cursor() as cur:
+            cur.execute("SELECT pg_advisory_lock(%s, %s)", summary.lock_key(world["cluster"].pk))
+        with connection.cursor() as cur:
+            cur.execute("SET LOCAL lock_timeout = '5s'")  # waiting would fail the test
+        figures = summary.read()
+        assert figures.computed_at[world["cluster"].pk] == old and len(figures.idle) == 1
+    finally:
+        other.close()
+    assert summary.read().computed_at[world["cluster"].pk] > old  # lock free: computed
