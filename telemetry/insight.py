@@ -325,20 +325,22 @@ def now_of(node_ids=None, now: datetime | None = None) -> Now:
     return Now(attribution, sources.last_hour_util(list(attribution.gpus.values()), now))
 
 
-def held_and_busy(
-    attribution: Attribution, now: datetime, util: dict[int, float] | None = None
-) -> dict[NsKey, tuple[float, float]]:
-    """{(cluster id, namespace): (GPUs held, GPUs busy)} now (one query, none with ``util``)."""
-    if util is None:
-        util = sources.last_hour_util([attribution.gpus[i] for i in attribution.shares], now)
+def held_and_busy(attribution: Attribution, util: dict[int, float], by=None) -> dict:
+    """{(cluster id, namespace): (GPUs held, GPUs busy)} now, from the shares of
+    ``attribution`` and each GPU's last-hour ``util``; with ``by`` (a function of the
+    GpuState), grouped by its result instead (None: left out), e.g. the GPU's product."""
     threshold = idle_threshold_pct()
     out: dict = defaultdict(lambda: [0.0, 0.0])
     for gpu_id, owners in attribution.shares.items():
         busy = util.get(gpu_id, 0.0) >= threshold
+        group = None if by is None else by(attribution.gpus[gpu_id])
+        if by is not None and group is None:
+            continue
         for key, share in owners.items():
-            out[key][0] += share
+            cell = out[key if by is None else group]
+            cell[0] += share
             if busy:
-                out[key][1] += share
+                cell[1] += share
     return {k: (a, b) for k, (a, b) in out.items()}
 
 

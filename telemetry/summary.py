@@ -54,6 +54,7 @@ from . import classes, insight, sources
 from .insight import Allocation, NsKey
 from .measured import measured_cluster_ids
 from .models import ClusterSummary, UsageHour
+from .showback import parse_month
 from .sources.agent import history_horizon
 
 log = logging.getLogger(__name__)
@@ -62,10 +63,6 @@ HOUR = timedelta(hours=1)
 HOURS = 24  # the fleet page's chart
 SETTLED = timedelta(hours=3)  # the agent source re-rolls the last 3 closed hours
 LOCK_SPACE = 0x7E1E  # pg advisory lock (space, cluster id): one computation per cluster
-
-
-def interval() -> float:
-    return float(getattr(settings, "TELEMETRY_SUMMARY_INTERVAL_SECONDS", 60))
 
 
 def usage_interval() -> timedelta:
@@ -88,6 +85,12 @@ def _definition(cluster_id) -> list:
     ]
 
 
+def _unsettled_from(t: datetime) -> datetime:
+    """The first hour whose history may still change at ``t`` (the agent source re-rolls
+    the last 3 closed hours; telemetry.retention): earlier ones are kept once computed."""
+    return history_horizon(t) - SETTLED + HOUR
+
+
 def _ts(t: datetime | None) -> float | None:
     return None if t is None else t.timestamp()
 
@@ -106,17 +109,10 @@ def compute(cluster_id: int, now: datetime, previous: dict | None = None) -> dic
     with sources.recording() as state:
         current = insight.now_of(nodes, now)
         attribution, util = current.attribution, current.util
-        held = insight.held_and_busy(attribution, now, util)
-        threshold = insight.idle_threshold_pct()
-        products: dict = defaultdict(lambda: [0.0, 0.0])
-        for gpu_id, g in attribution.gpus.items():
-            if not g.node.gpu_product:
-                continue
-            share = sum(attribution.shares.get(gpu_id, {}).values())
-            cell = products[base_product(g.node.gpu_product)]
-            cell[0] += share
-            if util.get(gpu_id, 0.0) >= threshold:
-                cell[1] += share
+        held = insight.held_and_busy(attribution, util)
+        products = insight.held_and_busy(
+            attribution, util, by=lambda g: base_product(g.node.gpu_product) or None
+        )
         idle = insight.idle_allocations(now=now, attribution=attribution)
         classes.set_idle_since(idle, now)
         hours = _hours(cluster_id, now, previous)
@@ -129,7 +125,7 @@ def compute(cluster_id: int, now: datetime, previous: dict | None = None) -> dic
     return {
         "definition": _definition(cluster_id),
         "held": [[ns, h, b] for (_, ns), (h, b) in sorted(held.items())],
-        "products": {p: v for p, v in sorted(products.items())},
+        "products": {p: list(v) for p, v in sorted(products.items())},
         "hours": hours,
         "hours_at": now.timestamp(),
         "usage_since": usage_since.timestamp(),
@@ -147,8 +143,8 @@ def _hours(cluster_id: int, now: datetime, previous: dict | None) -> dict:
     start = first
     kept: dict = defaultdict(list)
     if previous and previous.get("hours_at") is not None:
-        settled = history_horizon(_dt(previous["hours_at"])) - SETTLED + HOUR
-        start = min(max(first, settled), history_horizon(now) - SETTLED + HOUR)
+        settled = _unsettled_from(_dt(previous["hours_at"]))
+        start = min(max(first, settled), _unsettled_from(now))
         for product, points in previous.get("hours", {}).items():
             kept[product] += [p for p in points if first.timestamp() <= p[0] < start.timestamp()]
     for product, points in sources.product_series(cluster_id, start, now).items():
@@ -158,21 +154,16 @@ def _hours(cluster_id: int, now: datetime, previous: dict | None) -> dict:
     return dict(kept)
 
 
-def month_start(t: datetime) -> datetime:
-    t = t.astimezone(UTC)
-    return datetime(t.year, t.month, 1, tzinfo=UTC)
-
-
 def _write_usage(cluster_id, now: datetime, attribution, previous: dict | None) -> datetime:
     """Write the cluster's UsageHour rows from the hour that may still change (3 closed
     hours before the previous computation's hour; the start of the month on a first
     computation, which backfills it with the current attribution) to now; return since
     when the rows cover the cluster."""
-    since = _dt((previous or {}).get("usage_since")) or month_start(now)
+    since = _dt((previous or {}).get("usage_since")) or parse_month(None, now)[1]
     start = since
     if previous and previous.get("usage_at") is not None:
-        start = max(since, history_horizon(_dt(previous["usage_at"])) - SETTLED + HOUR)
-    start = min(start, history_horizon(now) - SETTLED + HOUR)
+        start = max(since, _unsettled_from(_dt(previous["usage_at"])))
+    start = min(start, _unsettled_from(now))
     held = [attribution.gpus[i] for i in attribution.shares]
     cells: dict = defaultdict(lambda: [0.0, 0.0])
     for gpu_id, hour, hours, busy in sources.gpu_hours(held, start, now, now, by_hour=True):

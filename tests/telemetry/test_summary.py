@@ -25,6 +25,7 @@ from telemetry.models import (
     GpuState,
     PrometheusSource,
 )
+from telemetry.showback import parse_month
 from tests.factories import make_cluster, make_node, make_pod
 from tests.quotas.builders import make_namespace, make_team, make_user
 
@@ -182,12 +183,12 @@ def _month_world(world):
     """12 hours of g0 at 50 % for train-0 in the middle of the month, hourly points rolled
     up; the figures computed at ``now``."""
     g0, _ = world["gpus"]
-    now = summary.month_start(timezone.now()) + timedelta(days=14, hours=12)
+    now = parse_month(None)[1] + timedelta(days=14, hours=12)
     GpuHistory5m.objects.all().delete()
     fill_5m(g0, now - timedelta(hours=12), now, 50)
     retention.rollup_hours(now, hours=13)
     summary.refresh(world["cluster"].pk, now)
-    start, end = summary.month_start(now), summary.month_start(now + timedelta(days=20))
+    _, start, end = parse_month(None, now)
     return now, start, end
 
 
