@@ -238,9 +238,9 @@ def confirm_operation(op_id, attempt_number: int, pause: float = CONFIRM_FIRST_P
 def _lowering(op: Operation, ns: TeamNamespace, hard: dict[str, int]) -> dict:
     """Keys of ``hard`` below what the namespace's pods use (quotas/limits.py), less
     what an admin confirmed for this operation."""
-    pods = limits.pods_by_namespace([ns]).get(ns.pk, [])
+    requested = limits.requested_by_namespace([ns])[ns.pk]
     foreign = ForeignQuota.objects.filter(namespace=ns, gone_at__isnull=True)
-    used = limits.usage(ns, pods, foreign)
+    used = limits.usage(ns, requested, foreign)
     return limits.lowering(ns, hard, used, op.confirmed_hard)
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import BigIntegerField, Sum
+from django.db.models import BigIntegerField, Sum, TextField
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 from django.utils import timezone
@@ -141,6 +141,15 @@ class Headroom:
 POOL = None  # the key part of "any class": the whole cluster's allocatable
 
 
+def _text(field: str) -> Cast:
+    """A uuid column read as text (see Capacity.__init__)."""
+    return Cast(field, TextField())
+
+
+def _key(cluster_id, class_id, resource: str) -> tuple:
+    return (str(cluster_id), None if class_id is None else str(class_id), resource)
+
+
 class Capacity:
     """Everything :meth:`free` needs for some clusters and resources, in a fixed number of
     queries (four, plus one per resource for pod usage), so the approval, the queue and
@@ -160,6 +169,9 @@ class Capacity:
                  exclude: Grant | None = None):  # fmt: skip
         self.now = now or timezone.now()
         cluster_ids = list(cluster_ids)
+        # Keys hold ids as text, read as text: at 5,000 nodes the pod rows give some
+        # 9,000 (namespace, class) sums, and hashing uuid.UUID keys (a Python __hash__)
+        # cost more than the query. Callers pass UUIDs; _key() converts them.
         self.alloc: dict[tuple, int] = defaultdict(int)
         rows = NodeResource.objects.filter(
             node__cluster_id__in=cluster_ids, node__gone_at__isnull=True
@@ -168,7 +180,7 @@ class Capacity:
             resources = sorted(set(resources))
             rows = rows.filter(resource__in=resources)
         for cluster_id, class_id, resource, total in (
-            rows.values_list("node__cluster_id", "node__gpu_class_id", "resource")
+            rows.values_list(_text("node__cluster_id"), _text("node__gpu_class_id"), "resource")
             .annotate(total=Sum("allocatable"))
             .order_by()
         ):
@@ -177,7 +189,7 @@ class Capacity:
                 if class_id is not None:
                     self.alloc[(cluster_id, class_id, resource)] += int(total or 0)
         self.ratios = {
-            (p.cluster_id, p.resource): p.ratio
+            (str(p.cluster_id), p.resource): p.ratio
             for p in OvercommitPolicy.objects.filter(cluster_id__in=cluster_ids)
         }
         self.windows: dict[tuple, list] = defaultdict(list)
@@ -188,7 +200,7 @@ class Capacity:
         if exclude is not None:
             grants = grants.exclude(pk=exclude.pk)
         for cluster_id, ns, class_id, resource, g_start, g_end, amount in grants.values_list(
-            "namespace__cluster_id", "namespace__name", "gpu_class_id", "resource",
+            _text("namespace__cluster_id"), "namespace__name", _text("gpu_class_id"), "resource",
             "starts_at", "ends_at", "amount",
         ).order_by("starts_at"):  # fmt: skip
             window = (g_start, g_end, amount)
@@ -206,7 +218,7 @@ class Capacity:
                 GpuPod.objects.filter(
                     cluster_id__in=cluster_ids, node__isnull=False, requests__has_key=resource
                 )
-                .values_list("cluster_id", "namespace", "node__gpu_class_id")
+                .values_list(_text("cluster_id"), "namespace", _text("node__gpu_class_id"))
                 .annotate(total=Sum(amount))
                 .order_by()
             ):
@@ -228,10 +240,14 @@ class Capacity:
                     self.beyond[(cluster_id, class_id, resource)] += over
                     self.beyond_ns[(cluster_id, class_id, resource, ns)] = over
 
+    def reserves(self, cluster_id, class_id, resource: str) -> bool:
+        """Whether some unended grant reserves ``resource`` in the class (None: the pool)."""
+        return bool(self.windows.get(_key(cluster_id, class_id, resource)))
+
     def _figure(self, cluster_id, class_id, resource, start, end, namespace) -> Headroom:
-        key = (cluster_id, class_id, resource)
+        key = _key(cluster_id, class_id, resource)
         alloc = self.alloc.get(key, 0)
-        r = self.ratios.get((cluster_id, resource), DEFAULT_RATIO)
+        r = self.ratios.get((key[0], resource), DEFAULT_RATIO)
         beyond = self.beyond.get(key, 0)
         if namespace:
             beyond -= self.beyond_ns.get((*key, namespace), 0)
@@ -247,16 +263,16 @@ class Capacity:
         (None: the pool), free by the same definition as :meth:`free` (a class's day is
         capped by the pool's), for the capacity page."""
         class_id = gpu_class.pk if gpu_class else POOL
-        keys = [(cluster_id, class_id, resource)]
+        keys = [_key(cluster_id, class_id, resource)]
         if class_id is not POOL:
-            keys.append((cluster_id, POOL, resource))
+            keys.append(_key(cluster_id, POOL, resource))
         out = []
         for day in range(days):
             t = start + timedelta(days=day)
             figures = []
             for key in keys:
                 alloc = self.alloc.get(key, 0)
-                r = self.ratios.get((cluster_id, resource), DEFAULT_RATIO)
+                r = self.ratios.get((key[0], resource), DEFAULT_RATIO)
                 reserved = sum(
                     a for s, e, a in self.windows.get(key, ()) if s <= t and (e is None or e > t)
                 )

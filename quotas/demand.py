@@ -37,12 +37,10 @@ class Demand:
         return self.by_class.get(class_id, 0)
 
 
-def pending_demand(namespaces: list[TeamNamespace], *, pods: dict | None = None) -> dict:
-    """``{(namespace id, resource): Demand}`` of unscheduled pending pods. ``pods``: the
-    namespaces' pods already loaded (``limits.pods_by_namespace``, as ``preview.states``
-    holds them); otherwise one query."""
-    if pods is None:
-        pods = limits.pods_by_namespace(namespaces)
+def pending_demand(namespaces: list[TeamNamespace]) -> dict:
+    """``{(namespace id, resource): Demand}`` of unscheduled pending pods: one query for
+    those pods (plus the classes and, on Kueue clusters, the queued Jobs)."""
+    pods = limits.pods_by_namespace(namespaces, waiting=True)
     cluster_of = {ns.pk: ns.cluster_id for ns in namespaces}
     classes = class_matcher({ns.cluster_id for ns in namespaces})
     out: dict = defaultdict(Demand)

@@ -16,9 +16,12 @@ pods, and taking the larger means a stale reading never hides usage.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from django.db import connection
 
 from inventory.models import GpuPod
 
@@ -104,41 +107,105 @@ def foreign_by_namespace(namespaces) -> dict:
 # -- usage ----------------------------------------------------------------------------
 
 
-def pods_by_namespace(namespaces: list[TeamNamespace]) -> dict:
-    """GPU pods (non-terminal, inventory mirror) per namespace id, in one query."""
+class PodRow(NamedTuple):
+    """A GPU pod as the limits read it: GpuPod's fields, without a model instance."""
+
+    cluster_id: object
+    namespace: str
+    name: str
+    node_id: object
+    node_name: str
+    phase: str
+    requests: dict
+    gpu_selector: dict
+
+
+def pods_by_namespace(
+    namespaces: list[TeamNamespace], *, waiting: bool = False
+) -> dict[object, list[PodRow]]:
+    """GPU pods (non-terminal, inventory mirror) per namespace id, in one query;
+    ``waiting``: only those pending without a node (quotas/demand.py)."""
+    if not namespaces:
+        return {}
     by_key = {(ns.cluster_id, ns.name): ns.pk for ns in namespaces}
     out = defaultdict(list)
-    pods = GpuPod.objects.filter(
+    rows = GpuPod.objects.filter(
         cluster_id__in={ns.cluster_id for ns in namespaces},
         namespace__in={ns.name for ns in namespaces},
-    ).only(
-        "cluster_id",
-        "namespace",
-        "name",
-        "node_id",
-        "node_name",
-        "phase",
-        "requests",
-        "gpu_selector",
     )
-    for pod in pods:
-        ns_id = by_key.get((pod.cluster_id, pod.namespace))
+    if waiting:
+        rows = rows.filter(phase="Pending", node_name="")
+    for row in rows.values_list(*PodRow._fields):
+        ns_id = by_key.get((row[0], row[1]))
         if ns_id is not None:
-            out[ns_id].append(pod)
+            out[ns_id].append(PodRow._make(row))
     return out
 
 
-def usage(ns: TeamNamespace, pods: list[GpuPod], foreign: Iterable[ForeignQuota] = ()) -> dict:
-    """``requests.<resource>`` -> units in use (see the module doc)."""
-    used: dict[str, int] = defaultdict(int)
-    if ns.cluster.is_dra:  # devices per DeviceClass (quotas/dra.py)
+@dataclass
+class Requested:
+    """What one namespace's pods request: ``totals`` by quota key (``requests.<resource>``;
+    on a DRA cluster, devices per DeviceClass, quotas/dra.py) and ``pods`` counted by the
+    set of resources each asks for (what a lowered limit would affect, :func:`affected`)."""
+
+    totals: dict[str, int] = field(default_factory=dict)
+    pods: dict[frozenset, int] = field(default_factory=dict)
+
+
+def requested_by_namespace(namespaces: list[TeamNamespace]) -> dict[object, Requested]:
+    """:class:`Requested` per namespace id, summed by PostgreSQL in two queries (plus the
+    pods of namespaces on a DRA cluster): a member's namespaces can hold thousands of pods,
+    and reading them as rows cost 0.2 s of a 0.4 s approvals page at 5,000 nodes."""
+    out: dict = defaultdict(Requested)
+    dra = [ns for ns in namespaces if ns.cluster.is_dra]
+    if dra:
         from .dra import pod_usage
 
-        used.update(pod_usage(ns, pods))
-    else:
-        for pod in pods:
-            for resource, amount in (pod.requests or {}).items():
-                used[PREFIX + resource] += int(amount)
+        pods = pods_by_namespace(dra)
+        for ns in dra:
+            mine = pods.get(ns.pk, [])
+            out[ns.pk].totals = pod_usage(ns, mine)
+            out[ns.pk].pods = Counter(frozenset(p.requests or {}) for p in mine)
+    plain = [ns for ns in namespaces if not ns.cluster.is_dra]
+    if not plain:
+        return out
+    by_key = {(str(ns.cluster_id), ns.name): ns.pk for ns in plain}
+    table = GpuPod._meta.db_table
+    where = "p.cluster_id = ANY(%s::uuid[]) AND p.namespace = ANY(%s)"
+    params = [sorted({str(ns.cluster_id) for ns in plain}), sorted({ns.name for ns in plain})]
+    totals = f"""
+        SELECT p.cluster_id::text, p.namespace, r.key, SUM(r.value::bigint)
+        FROM {table} p, jsonb_each_text(p.requests) r WHERE {where} GROUP BY 1, 2, 3
+    """  # noqa: S608 - the table name is the model's
+    key_sets = f"""
+        SELECT p.cluster_id::text, p.namespace,
+               ARRAY(SELECT jsonb_object_keys(p.requests)), COUNT(*)
+        FROM {table} p WHERE {where} GROUP BY 1, 2, 3
+    """  # noqa: S608 - the table name is the model's
+    with connection.cursor() as cursor:
+        cursor.execute(totals, params)
+        for cluster_id, namespace, resource, total in cursor.fetchall():
+            if (ns_id := by_key.get((cluster_id, namespace))) is not None:
+                out[ns_id].totals[PREFIX + resource] = int(total)
+        cursor.execute(key_sets, params)
+        for cluster_id, namespace, keys, count in cursor.fetchall():
+            if (ns_id := by_key.get((cluster_id, namespace))) is not None:
+                mine = out[ns_id].pods
+                mine[frozenset(keys)] = mine.get(frozenset(keys), 0) + count
+    return out
+
+
+def affected(requested: Requested, resources: Iterable[str]) -> int:
+    """How many of the namespace's pods ask for one of ``resources`` (names without the
+    ``requests.`` prefix): those :func:`pods_over` would list."""
+    resources = set(resources)
+    return sum(n for keys, n in requested.pods.items() if resources & keys)
+
+
+def usage(ns: TeamNamespace, requested: Requested, foreign: Iterable[ForeignQuota] = ()) -> dict:
+    """``requests.<resource>`` -> units in use (see the module doc): what the pods request
+    (the namespace's :func:`requested_by_namespace`) against the quotas' readings."""
+    used: dict[str, int] = defaultdict(int, requested.totals)
     readings = [(ns.quota_status or {}).get("used") or {}]
     readings += [fq.used for fq in foreign if fq.present and not fq.scoped]
     for reading in readings:
@@ -170,7 +237,7 @@ def lowering(
     return out
 
 
-def pods_over(pods: list[GpuPod], keys: Iterable[str]) -> list[GpuPod]:
+def pods_over(pods: list[PodRow], keys: Iterable[str]) -> list[PodRow]:
     """The pods that use the resources of ``keys`` (they keep running; the next ones of
     the team are refused)."""
     resources = {k.removeprefix(PREFIX) for k in keys}

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from django.utils import timezone
 
-from inventory.models import GpuPod, Node
+from inventory.models import Node
 
 from . import limits
 from .models import Grant, TeamNamespace
@@ -24,18 +24,17 @@ from .models import Grant, TeamNamespace
 
 @dataclass(frozen=True)
 class OffClassPod:
-    pod: GpuPod
+    pod: limits.PodRow
     resource: str
     amount: int
     node_class: str  # display name of the class the pod's node is in ("" = none yet)
     granted_classes: tuple[str, ...]  # display names of the classes the grants name
 
 
-def off_class(namespaces: list[TeamNamespace], now=None, *, pods: dict | None = None) -> dict:
+def off_class(namespaces: list[TeamNamespace], now=None) -> dict:
     """``{namespace id: [OffClassPod]}`` for the namespaces on ResourceQuota clusters, in
-    three queries whatever their number (grants, pods, the pods' nodes). ``pods``: the
-    namespaces' pods already loaded (``limits.pods_by_namespace``, as ``preview.states``
-    holds them), which saves the pod query."""
+    three queries whatever their number (grants, pods, the pods' nodes); pods are read
+    only in namespaces whose grants of some resource all name a class."""
     now = now or timezone.now()
     namespaces = [ns for ns in namespaces if not ns.cluster.enforces_classes]
     if not namespaces:
@@ -50,8 +49,8 @@ def off_class(namespaces: list[TeamNamespace], now=None, *, pods: dict | None = 
     for ns_id, resource, class_id, class_name in rows:
         granted[(ns_id, resource)].add(class_id)
         names[class_id] = class_name
-    if pods is None:
-        pods = limits.pods_by_namespace(namespaces)
+    classed = {ns_id for (ns_id, _), classes in granted.items() if None not in classes}
+    pods = limits.pods_by_namespace([ns for ns in namespaces if ns.pk in classed])
     scheduled = {(p.cluster_id, p.node_name) for plist in pods.values() for p in plist
                  if p.node_name}  # fmt: skip
     node_class = {

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import cached_property
 
 from django.conf import settings
 from django.db.models import Q, Sum
@@ -32,7 +33,7 @@ class Change:
     limit_after: int
     binding_after: str
     lowering: dict
-    pods: list[GpuPod]
+    affected: int  # pods that ask for a lowered resource (limits.affected)
     # "resourcequota": pods above a lowered limit keep running, new ones are refused at
     # creation, and the apply waits for an admin's confirmation; "kueue": admitted
     # workloads keep running, new ones queue, nothing waits (quotas/kueue_apply.py); "dra":
@@ -50,9 +51,9 @@ class NamespaceState:
     ns: TeamNamespace
     effective: dict[str, limits.EffectiveLimit]
     used: dict[str, int]
-    pods: list[GpuPod]
     foreign: list[ForeignQuota]
     advertised: list[str]
+    requested: limits.Requested = field(default_factory=limits.Requested)
     awaiting: dict = field(default_factory=dict)  # merged lowering of held operations
     # On a Kueue cluster: {(class id, resource): (nominal, held by admitted workloads)} of
     # the team's ClusterQueue (shared by its namespaces there); None elsewhere.
@@ -62,6 +63,12 @@ class NamespaceState:
     @property
     def needs_confirmation(self) -> bool:
         return bool(self.awaiting)
+
+    @cached_property
+    def pods(self) -> list[limits.PodRow]:
+        """The namespace's GPU pods, for the page that confirms a lowering (one query;
+        ``used`` and the previews' counts come from sums, not from these rows)."""
+        return limits.pods_by_namespace([self.ns]).get(self.ns.pk, [])
 
     def desired(self, resource: str = "", delta: int = 0) -> dict[str, int]:
         """What the portal would write (as ``desired_hard``), with ``delta`` applied."""
@@ -91,8 +98,8 @@ class NamespaceState:
             if value < limit_after:
                 limit_after, binding = value, name
         low = limits.lowering(self.ns, self.desired(resource, delta), self.used)
-        return Change(resource, delta, after, limit_after, binding, low,
-                      limits.pods_over(self.pods, low))  # fmt: skip
+        over = limits.affected(self.requested, (k.removeprefix(limits.PREFIX) for k in low))
+        return Change(resource, delta, after, limit_after, binding, low, over)
 
     def _dra_change(self, resource: str, delta: int, gpu_class: GpuClass) -> Change:
         """Per class on a DRA cluster: the devices of the class's DeviceClass the quota
@@ -108,7 +115,7 @@ class NamespaceState:
             if fq.present and not fq.scoped and value is not None and value < limit_after:
                 limit_after, binding = value, fq.name
         low = limits.lowering(self.ns, {key: after}, self.used)
-        over = [p for p in self.pods if low and p.requests.get(resource)]
+        over = limits.affected(self.requested, [resource]) if low else 0
         return Change(resource, delta, after, limit_after, binding, low, over, backend="dra")
 
     def _kueue_change(self, resource: str, delta: int, gpu_class: GpuClass | None) -> Change:
@@ -121,7 +128,7 @@ class NamespaceState:
         low = {}
         if gpu_class is not None and after < held:
             low = {f"{flavor_name(gpu_class)}/{resource}": {"hard": after, "used": held}}
-        return Change(resource, delta, after, after, "Kueue", low, [], backend="kueue")
+        return Change(resource, delta, after, after, "Kueue", low, 0, backend="kueue")
 
 
 def kueue_queues(namespaces: list[TeamNamespace], now=None) -> dict:
@@ -144,7 +151,7 @@ def kueue_queues(namespaces: list[TeamNamespace], now=None) -> dict:
 
 def states(namespaces: list[TeamNamespace], now=None) -> dict:
     """NamespaceState per namespace id, in five queries whatever their number (plus a few
-    per team on a Kueue cluster)."""
+    per team on a Kueue cluster, and the pods of namespaces on a DRA cluster)."""
     now = now or timezone.now()
     granted = defaultdict(dict)
     rows = (
@@ -156,7 +163,7 @@ def states(namespaces: list[TeamNamespace], now=None) -> dict:
     for ns_id, resource, total in rows:
         granted[ns_id][resource] = int(total)
     foreign = limits.foreign_by_namespace(namespaces)
-    pods = limits.pods_by_namespace(namespaces)
+    requested = limits.requested_by_namespace(namespaces)
     advertised = defaultdict(set)
     for cluster_id, resource in (
         NodeResource.objects.filter(
@@ -184,8 +191,8 @@ def states(namespaces: list[TeamNamespace], now=None) -> dict:
         out[ns.pk] = NamespaceState(
             ns=ns,
             effective=limits.effective_limits(own, fq, settings.QUOTA_NAME),
-            used=limits.usage(ns, pods.get(ns.pk, []), fq),
-            pods=pods.get(ns.pk, []),
+            used=limits.usage(ns, requested[ns.pk], fq),
+            requested=requested[ns.pk],
             foreign=fq,
             advertised=sorted(advertised[ns.cluster_id]),
             awaiting=held.get(ns.pk, {}),

@@ -46,7 +46,7 @@ def capacity(request: HttpRequest) -> HttpResponse:
             charts.append(_chart(cap, cluster, None, resource, now))
             for cls in classes:
                 if cls.cluster_id == cluster.pk and (
-                    cls.covers(resource) or cap.windows.get((cluster.pk, cls.pk, resource))
+                    cls.covers(resource) or cap.reserves(cluster.pk, cls.pk, resource)
                 ):
                     charts.append(_chart(cap, cluster, cls, resource, now))
         sections.append({"cluster": cluster, "charts": charts})

@@ -81,7 +81,7 @@ def _quota_facts(pending: list[QuotaRequest]) -> dict:
     capacity = Capacity(cluster_ids, {r.resource for r in pending}, now=now)
     usage = _usage(namespaces)
     states = preview.states(namespaces, now)
-    waiting = demand.pending_demand(namespaces, pods={k: st.pods for k, st in states.items()})
+    waiting = demand.pending_demand(namespaces)
     ns_grants = defaultdict(list)
     ns_ids = {ns.pk for ns in namespaces}
     for g in (

@@ -144,9 +144,8 @@ def teams(request: HttpRequest) -> HttpResponse:
     )
 
     states = preview.states(namespaces, now)
-    pods = {ns_id: st.pods for ns_id, st in states.items()}  # loaded once, for all three
-    off = offclass.off_class(namespaces, now, pods=pods)
-    waiting = demand.pending_demand(namespaces, pods=pods)
+    off = offclass.off_class(namespaces, now)
+    waiting = demand.pending_demand(namespaces)
     queues = queue_views(namespaces, states)
     class_names = dict(
         GpuClass.objects.filter(cluster_id__in={ns.cluster_id for ns in namespaces}).values_list(

@@ -278,7 +278,7 @@ def test_pods_on_a_class_the_namespace_holds_no_grant_for_are_reported(fleet, cl
     stray = make_pod(Node.objects.get(name="a1"), "off-class", namespace="ml-vision", gpus=2)
     make_pod(Node.objects.get(name="a1"), "other-team", namespace="nlp", gpus=1)  # no grants
     (found,) = off_class([ns])[ns.pk]
-    assert (found.pod.pk, found.resource, found.amount) == (stray.pk, GPU, 2)
+    assert (found.pod.name, found.resource, found.amount) == (stray.name, GPU, 2)
     assert found.node_class == fleet["a100"].name and found.granted_classes == (h100.name,)
 
     client.force_login(fleet["rob"])
