@@ -258,6 +258,10 @@ TELEMETRY_SUMMARY_INTERVAL_SECONDS = env.int("TELEMETRY_SUMMARY_INTERVAL_SECONDS
 TELEMETRY_SUMMARY_MAX_AGE_SECONDS = env.int("TELEMETRY_SUMMARY_MAX_AGE_SECONDS", default=300)
 # ... and the GPU-hours per namespace and hour (showback) are rewritten this often.
 TELEMETRY_USAGE_INTERVAL_SECONDS = env.int("TELEMETRY_USAGE_INTERVAL_SECONDS", default=300)
+# Hours of GPU-hours each of the beat's computations fills before the rows begin, back to
+# the hourly points' retention (telemetry/summary.py, _backfill; doubled after a span
+# without history).
+TELEMETRY_USAGE_BACKFILL_HOURS = env.int("TELEMETRY_USAGE_BACKFILL_HOURS", default=24)
 
 # MIG reconfiguration (the coordinator, docs/mig.md).
 # The ConfigMap the GPU Operator's ClusterPolicy names in spec.migManager.config.name.

@@ -21,8 +21,9 @@ one :class:`~telemetry.models.ClusterSummary` row:
   cover it: the same computation writes each namespace's allocated and busy GPU-hours per
   hour and GPU class with the attribution of the moment (the last 3 closed hours and the
   current one rewritten every ``TELEMETRY_USAGE_INTERVAL_SECONDS``, 300; a first
-  computation fills the month), which showback and the team page sum
-  (telemetry.showback.used_cells);
+  computation fills the month, and each of the beat's computations then one more span
+  before, back to the hourly points' retention: ``usage_complete``, :func:`_backfill`),
+  which showback and the team page sum (telemetry.showback.used_cells);
 - ``definition``: the idle threshold and window and the source it was computed with.
 
 Every page, the API, the node page's badges and ``/metrics`` read these rows through
@@ -102,9 +103,12 @@ def _dt(t: float | None) -> datetime | None:
 # -- computing ------------------------------------------------------------------------------
 
 
-def compute(cluster_id: int, now: datetime, previous: dict | None = None) -> dict:
+def compute(
+    cluster_id: int, now: datetime, previous: dict | None = None, *, backfill: bool = False
+) -> dict:
     """One cluster's figures at ``now`` (``previous``: the row's data before, whose settled
-    hours are kept)."""
+    hours are kept); ``backfill`` (the beat's computations, not a reader's): one more day
+    of GPU-hours before the rows begin (:func:`_backfill`)."""
     nodes = Node.objects.filter(cluster_id=cluster_id).values("pk")
     with sources.recording() as state:
         current = insight.now_of(nodes, now)
@@ -121,6 +125,10 @@ def compute(cluster_id: int, now: datetime, previous: dict | None = None) -> dic
             usage_since, usage_at = _write_usage(cluster_id, now, attribution, previous), now
         else:  # written less than the usage interval ago
             usage_since = _dt(previous["usage_since"])
+        complete = bool((previous or {}).get("usage_complete"))
+        span = timedelta(hours=(previous or {}).get("usage_span") or 0) or backfill_span()
+        if backfill and not complete:
+            usage_since, complete, span = _backfill(cluster_id, now, attribution, usage_since, span)
         outages = [o.message for o in state["outages"].values()]
     return {
         "definition": _definition(cluster_id),
@@ -130,6 +138,8 @@ def compute(cluster_id: int, now: datetime, previous: dict | None = None) -> dic
         "hours_at": now.timestamp(),
         "usage_since": usage_since.timestamp(),
         "usage_at": usage_at.timestamp(),
+        "usage_complete": complete,
+        "usage_span": span / HOUR,
         "idle": [_stored(a) for a in idle],
         "outages": outages,
     }
@@ -164,22 +174,53 @@ def _write_usage(cluster_id, now: datetime, attribution, previous: dict | None) 
     if previous and previous.get("usage_at") is not None:
         start = max(since, _unsettled_from(_dt(previous["usage_at"])))
     start = min(start, _unsettled_from(now))
+    _rewrite(cluster_id, attribution, start, now, now)
+    return min(since, start)
+
+
+def _rewrite(cluster_id, attribution, start: datetime, end: datetime, now: datetime) -> int:
+    """The cluster's UsageHour rows of [start, end) from its history, with ``attribution``;
+    returns how many were written."""
     held = [attribution.gpus[i] for i in attribution.shares]
     cells: dict = defaultdict(lambda: [0.0, 0.0])
-    for gpu_id, hour, hours, busy in sources.gpu_hours(held, start, now, now, by_hour=True):
+    for gpu_id, hour, hours, busy in sources.gpu_hours(held, start, end, now, by_hour=True):
         class_id = attribution.gpus[gpu_id].node.gpu_class_id
         for (_, ns), share in attribution.shares[gpu_id].items():
             cell = cells[(ns, class_id, hour)]
             cell[0] += hours * share
             cell[1] += busy * share
-    UsageHour.objects.filter(cluster_id=cluster_id, hour__gte=start).delete()
-    UsageHour.objects.bulk_create(
+    UsageHour.objects.filter(cluster_id=cluster_id, hour__gte=start, hour__lt=end).delete()
+    made = UsageHour.objects.bulk_create(
         (UsageHour(cluster_id=cluster_id, namespace=ns, gpu_class_id=class_id, hour=hour,
                    allocated=a, busy=b)
-         for (ns, class_id, hour), (a, b) in cells.items() if hour >= start),
+         for (ns, class_id, hour), (a, b) in cells.items() if start <= hour < end),
         batch_size=2000,
     )  # fmt: skip
-    return min(since, start)
+    return len(made)
+
+
+def backfill_span() -> timedelta:
+    return timedelta(hours=float(getattr(settings, "TELEMETRY_USAGE_BACKFILL_HOURS", 24)))
+
+
+def _backfill(cluster_id, now: datetime, attribution, since: datetime, span: timedelta):
+    """One more span of GPU-hours before the rows begin, with the current attribution, as
+    showback read history before them: so a computation reads at most a span of history,
+    and in time no page reads raw history (showback of a month before the rows began read
+    every held GPU's hours of the month per view). The span is
+    ``TELEMETRY_USAGE_BACKFILL_HOURS`` (a day) after a span with history and doubles after
+    one without (up to 32 days), so a gap or the time before telemetry began is crossed in
+    a few computations. Returns (the rows' new beginning, done: the hourly points'
+    retention reached, the next span)."""
+    from .retention import HOURLY_RETENTION
+
+    horizon = history_horizon(now) - HOURLY_RETENTION
+    start = max(since - span, horizon)
+    if start >= since:
+        return since, True, span
+    written = _rewrite(cluster_id, attribution, start, since, now)
+    span = backfill_span() if written else min(span * 2, timedelta(days=32))
+    return start, start <= horizon, span
 
 
 def _stored(a: Allocation) -> dict:
@@ -230,7 +271,7 @@ def _refresh_locked(cluster_id: int, now: datetime, force: bool) -> ClusterSumma
         return row
     same = row is not None and row.data.get("definition") == _definition(cluster_id)
     started = time.perf_counter()
-    data = compute(cluster_id, now, row.data if same else None)
+    data = compute(cluster_id, now, row.data if same else None, backfill=force)
     row = ClusterSummary(
         cluster_id=cluster_id, computed_at=now, seconds=time.perf_counter() - started, data=data
     )

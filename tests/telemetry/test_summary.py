@@ -258,3 +258,36 @@ def test_an_old_row_is_shown_while_another_process_computes_the_next(world):
     finally:
         other.close()
     assert summary.read().computed_at[world["cluster"].pk] > old  # lock free: computed
+
+
+def test_the_beat_fills_the_hours_before_the_month_back_to_the_retention(world):
+    """Each of the beat's computations writes one more day of GPU-hours before the rows
+    begin (a span twice as long after one without history) back to the hourly points'
+    retention; showback of those days then reads the rows, no raw history, and shows what
+    it read from history before."""
+    g0, _ = world["gpus"]
+    _, month_start, _ = parse_month(None)
+    now = month_start + timedelta(hours=12)
+    GpuHistory5m.objects.all().delete()
+    fill_5m(g0, month_start - timedelta(days=2, hours=6), now, 50)  # 2.25 days before
+    retention.rollup_hours(now, hours=3 * 24 + 13)
+    before_month = parse_month(None, month_start - timedelta(days=1))
+    _, start, end = before_month
+    from_history = _vision_used(world, start, end, now)  # no rows yet: read from history
+    assert from_history[0] == pytest.approx(54) and from_history[1] == pytest.approx(27)
+
+    cluster_id, since = world["cluster"].pk, []
+    for minute in range(30):
+        row = summary.refresh(cluster_id, now + timedelta(minutes=minute))
+        back = (month_start.timestamp() - row.data["usage_since"]) / 86400  # days
+        since.append((back, row.data.get("usage_complete")))
+        if since[-1][1]:
+            break
+    # A day at a time while there is history (the third day back holds 6 hours), then
+    # 2, 4, 8, ... days until a year back (the hourly points' retention).
+    assert [d for d, _ in since[:6]] == [1, 2, 3, 4, 6, 10]
+    assert since[-1][0] > 364 and len(since) <= 20  # at most 32 days a step
+    with CaptureQueriesContext(connection) as ctx:
+        from_rows = _vision_used(world, start, end, now + timedelta(minutes=minute))
+    assert from_rows == pytest.approx(from_history)
+    assert not [q for q in ctx.captured_queries if "gpuhistory" in q["sql"]]
