@@ -30,7 +30,7 @@ help:
 	@echo "make bench-telemetry  telemetry pages at 5,000 nodes x 8 GPUs: Prometheus source vs agent ingest"
 	@echo "make bench-podruns  recording ended GPU pods and a month of allocated GPU-hours at fleet size"
 	@echo "make bench-worker-kill  a worker killed with kill -9 mid-apply: time until its operation completes"
-	@echo "make bench-pages  every page and API list, admin and member, cold and warm, at 500 and 5,000 nodes"
+	@echo "make bench-pages  every page and API list, admin and member, cold and warm, at 500 and 5,000 nodes, then bench-telemetry"
 	@echo "make venv   create or update .venv from $(REQUIREMENTS)"
 
 # Always runs (cheap): creates .venv if it is missing or broken, and installs when the stamp

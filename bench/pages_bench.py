@@ -17,9 +17,11 @@ Prints a table and, with ``--json FILE``, a list of objects with ``page``, ``sou
 for every page and list, <= 300 ms for the fleet, nodes, team and approvals queue pages,
 and query counts equal at both sizes.
 
-The telemetry pages (fleet, idle, team, showback, My teams' usage, the idle API) are timed
-on both telemetry sources by ``make bench-telemetry`` (bench/telemetry_bench.py), which
-writes the same rows with ``source`` ``agent`` or ``prometheus``; here it is ``none``.
+The telemetry pages (fleet, idle, team, showback of this month and the last, My teams'
+usage, the idle API) are timed on both telemetry sources, with 30 days of history, by
+bench/telemetry_bench.py (``make bench-telemetry`` alone), which this command runs last
+(``--no-telemetry`` skips it): its rows join the JSON with ``source`` ``agent`` or
+``prometheus``; the rows above have ``none``.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -155,6 +158,8 @@ def main() -> int:
     parser.add_argument("--sizes", default="500,5000", help="fleet sizes in nodes")
     parser.add_argument("--teams", type=int, default=400)
     parser.add_argument("--json", help="write the figures to this file as JSON")
+    parser.add_argument("--no-telemetry", action="store_true",
+                        help="skip the telemetry pages (bench/telemetry_bench.py)")  # fmt: skip
     parser.add_argument("--phase", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)
     parser.add_argument("--kubeconfig", help=argparse.SUPPRESS)
@@ -183,7 +188,25 @@ def main() -> int:
             rows += json.loads(out.stdout.strip().splitlines()[-1])
         finally:
             stop_sim(sim)
-    return report(rows, args.json)
+    failed = report(rows, args.json)
+    if args.no_telemetry:
+        return failed
+    return telemetry(rows, args.json) or failed
+
+
+def telemetry(rows: list[dict], json_path: str | None) -> int:
+    """bench/telemetry_bench.py at 5,000 nodes, its rows added to ``json_path``."""
+    log("telemetry pages: bench/telemetry_bench.py")
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        code = subprocess.run(
+            [sys.executable, str(ROOT / "bench" / "telemetry_bench.py"), "--json", out.name],
+            check=False,
+        ).returncode
+        extra = json.loads(Path(out.name).read_text() or "[]")
+    if json_path:
+        Path(json_path).write_text(json.dumps(rows + extra, indent=1))
+        print(f"figures of both benches written to {json_path}")
+    return code
 
 
 def stop_sim(sim: subprocess.Popen) -> None:

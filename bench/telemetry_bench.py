@@ -8,7 +8,9 @@ served two ways, in one run:
 
   (a) agent ingest: the history as the portal stores agent reports, GpuHistory1h rows for
       the closed hours of the last 24 h and GpuHistory5m rows for the last 3 h (COPY), the
-      latest state (GpuState, with the agent's pod attribution in ``processes``);
+      latest state (GpuState, with the agent's pod attribution in ``processes``), and
+      hourly rows of every GPU for the ``--days`` (30) before (28 million rows at 40,000
+      GPUs; written by PostgreSQL from the plan, bench/telemetry_fleet.py);
   (b) Prometheus: dcgm-exporter series written as OpenMetrics with devstack/promhistory.py
       and turned into TSDB blocks by promtool before a real Prometheus starts on them; then
       the agent's state and history are deleted, the cluster gets a PrometheusSource row
@@ -24,16 +26,18 @@ For each source, first what the beat does every minute (telemetry/summary.py): t
 cluster's figures computed from nothing (the first computation, the month's GPU-hours per
 namespace and hour included), then again (the steady state, settled hours kept), then once
 more rewriting the GPU-hours of the last 4 hours (as one minute in five does), each with
-its wall time and its CPU in the portal, PostgreSQL and Prometheus. Then every page that
-reads them, as the admin and as a member of one team (fleet, idle, team, showback, My
-teams, the idle API), N times (``--repeat``, default 5) after a warm-up, with the cache
-cleared before each request (cold) and not (warm): latency (p50, p95), portal / PostgreSQL
-/ Prometheus CPU, SQL queries. Prometheus' query log names the costliest queries of each
-computation. The two sources must agree on the idle allocations (count, GPUs) and on every
-product's held and busy GPUs; the run fails with a clear message where they do not, or
-where a page misses its target (p95 <= 1 s). ``--json FILE`` writes the page figures as
-make bench-pages does (``page``, ``source``, ``cache``, ``role``, ``p50_ms``, ``p95_ms``,
-``queries``).
+its wall time and its CPU in the portal, PostgreSQL and Prometheus; then the computations
+until the GPU-hours before the month are filled back to the hourly retention (a day of
+history per computation), so showback of last month reads those rows. Then every page that
+reads them, as the admin and as a member of one team (fleet, idle, team, showback of this
+month and of the last, My teams, the idle API), N times (``--repeat``, default 5) after a
+warm-up, with the cache cleared before each request (cold) and not (warm): latency (p50,
+p95), portal / PostgreSQL / Prometheus CPU, SQL queries. Prometheus' query log names the
+costliest queries of each computation. The two sources must agree on the idle allocations
+(count, GPUs) and on every product's held and busy GPUs; the run fails with a clear
+message where they do not, or where a page misses its target (p95 <= 1 s). ``--json FILE``
+writes the page figures as make bench-pages does (``page``, ``source``, ``cache``,
+``role``, ``p50_ms``, ``p95_ms``, ``queries``).
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from datetime import timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -206,6 +211,14 @@ def measure(client, url: str, repeat: int, prom_pid: int, pg: PgCpu) -> dict:
     return out
 
 
+def last_month() -> str:
+    """The month before this one, as showback's ``?month=`` takes it."""
+    from telemetry.showback import parse_month
+
+    _, start, _ = parse_month(None)
+    return (start - timedelta(days=1)).strftime("%Y-%m")
+
+
 def rss_probe(mode: str, *urls: str) -> dict:
     """Peak RSS of a fresh process doing a worker's or a web process's part
     (bench/rss_probe.py)."""
@@ -231,6 +244,24 @@ def refresh_cost(prom_pid: int, pg: PgCpu, qlog: QueryLog) -> dict:
     if any(isinstance(v, str) for v in result.values()):
         raise SystemExit(f"the figures were not computed: {result}")
     return {"wall": wall, "cpu": c1 - c0, "pg": g1 - g0, "prom": p1 - p0, "top": qlog.top()}
+
+
+def backfill(cluster, prom_pid: int, pg: PgCpu, qlog: QueryLog) -> dict:
+    """The beat's computations until the GPU-hours before the month are filled back to the
+    hourly retention (telemetry.summary._backfill): how many, and what each cost."""
+    from telemetry.models import ClusterSummary
+
+    runs = []
+    for _ in range(80):
+        runs.append(refresh_cost(prom_pid, pg, qlog))
+        if ClusterSummary.objects.get(cluster=cluster).data.get("usage_complete"):
+            break
+    else:
+        raise SystemExit("the GPU-hours were not filled back to the retention in 80 runs")
+    walls = [r["wall"] for r in runs]
+    return {"runs": len(runs), "total": sum(walls), "max": max(walls),
+            "median": statistics.median(walls), "pg": sum(r["pg"] for r in runs),
+            "prom": sum(r["prom"] for r in runs)}  # fmt: skip
 
 
 def figures(client) -> dict:
@@ -314,6 +345,7 @@ PAGES = [  # (name, URL, roles): what an admin or a member of team-000 opens
     ("telemetry idle", "/telemetry/idle/", ("admin",)),
     ("telemetry team", "/telemetry/teams/team-000/", ("admin", "member")),
     ("showback", "/telemetry/showback/", ("admin", "member")),
+    ("showback last month", "/telemetry/showback/?month={last_month}", ("admin", "member")),
     ("my teams", "/teams/", ("admin", "member")),
     ("api idle allocations", "/api/v1/idle-allocations/", ("admin", "member")),
 ]
@@ -345,6 +377,12 @@ def report(args, prep: dict, fig_a: dict, fig_b: dict, res: dict) -> list[str]:
             r = res[src]["refresh"][run]
             print(f"{name:<16}{run:<9}{r['wall']:>8.2f}{r['cpu']:>12.2f}{r['pg']:>8.2f}"
                   f"{r['prom']:>10.2f}")  # fmt: skip
+    print("Filling the GPU-hours before the month (each computation one span more), seconds:")
+    for src, name in (("a", "(a) agent"), ("b", "(b) prometheus")):
+        b = res[src]["backfill"]
+        print(f"  {name:<16}{b['runs']:>3} computations, wall median {b['median']:.2f}, "
+              f"max {b['max']:.2f}, total {b['total']:.1f} (PG CPU {b['pg']:.1f}, "
+              f"Prometheus CPU {b['prom']:.1f})")  # fmt: skip
     print("\nPeak RSS of one process, MB (fresh process; after django.setup() in brackets):")
     for src, name in (("a", "(a) agent"), ("b", "(b) prometheus")):
         w, p = res[src]["rss"]["worker"], res[src]["rss"]["web"]
@@ -402,9 +440,11 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=5, help="requests per figure")
     parser.add_argument("--json", help="write the page figures to this file as JSON")
     parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument("--days", type=int, default=30, help="days of agent history")
     args = parser.parse_args()
-    if not (1 <= args.nodes <= 20_000 and 1 <= args.teams <= 1000 and 1 <= args.repeat <= 100):
-        raise SystemExit("nodes 1..20000, teams 1..1000, repeat 1..100")
+    if not (1 <= args.nodes <= 20_000 and 1 <= args.teams <= 1000 and 1 <= args.repeat <= 100
+            and 1 <= args.days <= 400):  # fmt: skip
+        raise SystemExit("nodes 1..20000, teams 1..1000, repeat 1..100, days 1..400")
     started = time.perf_counter()
     log(f"fresh database {BENCH_DB}")
     os.environ.update(DATABASE_URL=fresh_database(BENCH_DB), DEBUG="false", LOG_LEVEL="WARNING")
@@ -434,7 +474,7 @@ def main() -> int:
         ready = time.perf_counter() - t0
         qlog = QueryLog(workdir / "query.log")
         log("(a) agent state and history rows")
-        agent = build_agent(gpus, fleet["nodes"], ref)
+        agent = build_agent(gpus, fleet["nodes"], ref, days=args.days)
         users = {
             "admin": get_user_model().objects.create(username="bench-admin", is_staff=True),
             "member": get_user_model().objects.create(username="bench-member"),
@@ -460,12 +500,17 @@ def main() -> int:
                 ):
                     res[src]["refresh"][run] = refresh_cost(prom.pid, pg, qlog)
                 log(f"  {run}: {res[src]['refresh'][run]['wall']:.1f} s")
+            res[src]["backfill"] = backfill(fleet["cluster"], prom.pid, pg, qlog)
+            log(f"  backfill: {res[src]['backfill']['runs']} computations")
             res[src]["rss"] = {
                 "worker": rss_probe("refresh"),
-                "web": rss_probe("pages", *[path for _, path, _ in PAGES]),
+                "web": rss_probe(
+                    "pages", *[path.format(last_month=last_month()) for _, path, _ in PAGES]
+                ),
             }
             figs[src] = figures(clients["admin"])
             for page, path, roles in PAGES:
+                path = path.format(last_month=last_month())
                 for role in roles:
                     got = measure(clients[role], path, args.repeat, prom.pid, pg)
                     res[src]["pages"][(page, role)] = got

@@ -193,9 +193,10 @@ COLUMNS = ("gpu_id, bucket, samples, util_sum, util_n, util_max, mem_used_sum, m
            "temp_max, power_sum, power_n")  # fmt: skip
 
 
-def build_agent(gpus: list[Gpu], node_rows, ref: int) -> dict:
+def build_agent(gpus: list[Gpu], node_rows, ref: int, days: int = 1) -> dict:
     """GpuState and NodeTelemetry as the agents' latest reports leave them, and history rows
-    via COPY: hourly for the closed hours of the last 24 h, 5-minute for the last 3 h."""
+    via COPY: hourly for the closed hours of the last 24 h, 5-minute for the last 3 h; with
+    ``days`` > 1, hourly rows of every GPU for the days before (:func:`_older_hours`)."""
     from django.db import connection
 
     from telemetry.models import GpuState, NodeTelemetry
@@ -253,8 +254,46 @@ def build_agent(gpus: list[Gpu], node_rows, ref: int) -> dict:
                     buf = io.StringIO()
             buf.seek(0)
             cur.copy_expert(f"COPY {table} ({COLUMNS}) FROM STDIN", buf)
+        if days > 1:
+            rows["telemetry_gpuhistory1h"] += _older_hours(cur, gpus, states, hours[0], days)
         cur.execute("ANALYZE telemetry_gpuhistory1h, telemetry_gpuhistory5m, telemetry_gpustate")
     return {"seconds": time.perf_counter() - start, "rows": sum(rows.values()), **rows}
+
+
+def _older_hours(cur, gpus: list[Gpu], states, first_hour: int, days: int) -> int:
+    """Hourly rows of every GPU for the ``days`` - 1 days before ``first_hour`` (a slot),
+    written by PostgreSQL from the plan (a GPU's utilisation at each hour's first slot,
+    by :meth:`Gpu.util`'s rule, for the whole hour): 40,000 GPUs x 29 days is 28 million
+    rows, which Python would take many minutes to write. These hours are the agent's only
+    (the Prometheus side keeps 24 h): they measure what a month of history costs the
+    pages and the computation, not the sources' agreement."""
+    buf = io.StringIO()
+    for g, state in zip(gpus, states, strict=True):
+        created = g.pod.created if g.pod is not None else 2**62
+        busy = g.pod is not None and g.pod.kind in (BUSY, RECENT)  # idle ones never were
+        buf.write(f"{state.pk}\t{g.node * 8 + g.index}\t{created}\t{busy}\t"
+                  f"{g.memory(60)}\t{g.memory(0)}\n")  # fmt: skip
+    buf.seek(0)
+    cur.execute("CREATE TEMP TABLE bench_plan (gpu_id bigint, h bigint, created bigint, "
+                "busy boolean, mem_busy bigint, mem_idle bigint)")  # fmt: skip
+    cur.copy_expert("COPY bench_plan FROM STDIN", buf)
+    n = SAMPLES_PER_SLOT * 12
+    cur.execute(
+        f"""
+        INSERT INTO telemetry_gpuhistory1h ({COLUMNS})
+        SELECT p.gpu_id, to_timestamp(k * {SLOT}), {n}, {n} * u, {n}, u,
+               {n} * CASE WHEN u >= 5 THEN p.mem_busy ELSE p.mem_idle END, {n}, 30 + u / 3,
+               {n} * (60.0 + 5 * u), {n}
+        FROM bench_plan p, generate_series(%s::bigint, %s::bigint, 12) k,
+             LATERAL (SELECT CASE WHEN k < p.created THEN 0
+                                  WHEN p.busy THEN 55 + (p.h + 7 * k) % 41
+                                  ELSE (p.h + k) % 4 END AS u) x
+        """,  # noqa: S608 - constants of this module
+        [first_hour - (days - 1) * 24 * 12, first_hour - 12],
+    )
+    written = cur.rowcount
+    cur.execute("DROP TABLE bench_plan")
+    return written
 
 
 # -- (b) Prometheus: OpenMetrics, promtool blocks, a server -------------------------------

@@ -1,7 +1,7 @@
 """REST API for team namespaces: effective limits, foreign quotas and their adoption,
 onboarding (admins) and confirming a lowering below usage (admins).
 
-Rules live in quotas/adoption.py, quotas/apply.py and quotas/limits.py; this module
+Rules live in quotas/adoption.py, quotas/lowering.py and quotas/limits.py; this module
 parses input and maps their errors to HTTP (``quotas.api.domain_errors``).
 """
 
@@ -16,7 +16,7 @@ from rest_framework.response import Response
 from inventory.kube import KubeError
 from inventory.models import Cluster
 
-from . import adoption, apply, preview
+from . import adoption, lowering, preview
 from .api import TeamScopedViewSet, _errors, domain_errors
 from .models import DNS_LABEL, ForeignQuota, Team, TeamNamespace
 from .serializers_limits import NamespaceLimitsSerializer
@@ -138,8 +138,8 @@ class NamespaceViewSet(
         form.is_valid(raise_exception=True)
         with domain_errors():
             try:
-                apply.confirm_lowering(ns, request.user, expected=form.validated_data.get(
+                lowering.confirm_lowering(ns, request.user, expected=form.validated_data.get(
                     "expected"), note=form.validated_data["note"])  # fmt: skip
-            except apply.NothingToConfirm as err:
+            except lowering.NothingToConfirm as err:
                 raise exceptions.ValidationError({"expected": [str(err)]}) from err
         return Response(self._out(ns))

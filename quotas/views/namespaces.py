@@ -17,7 +17,7 @@ from django.views.decorators.http import require_POST
 from inventory.kube import KubeError
 from portal.validation import loads_json
 
-from .. import adoption, apply, kueue, preview, services
+from .. import adoption, kueue, lowering, preview, services
 from ..figures import usable
 from ..forms import DecisionForm, OnboardForm
 from ..models import ForeignQuota, Operation, TeamNamespace
@@ -153,10 +153,10 @@ def lowering_confirm(request: HttpRequest, pk) -> HttpResponse:
             form.add_error(None, "The confirmation form was malformed; reload the page.")
         else:
             try:
-                n = apply.confirm_lowering(
+                n = lowering.confirm_lowering(
                     ns, request.user, expected=expected, note=form.cleaned_data["note"]
                 )
-            except apply.NothingToConfirm as err:
+            except lowering.NothingToConfirm as err:
                 messages.warning(request, str(err))
             else:
                 messages.success(request, f"Confirmed: {n} apply(s) of {ns} go ahead.")
