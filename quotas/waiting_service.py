@@ -187,6 +187,7 @@ class _Context:
         # hundreds): the running pods and idle nodes a wait estimate reads, and the
         # estimate of a wait for the same capacity.
         self._running: dict = {}
+        self._idle_nodes: dict = {}
         self._capacity: dict = {}
 
     def running(self, cluster_id, resource: str, **scope) -> list:
@@ -195,6 +196,14 @@ class _Context:
         if key not in self._running:
             self._running[key] = podruns.running(cluster_id, resource, **scope)
         return self._running[key]
+
+    def idle_nodes(self, cluster_id, resource: str, gpu_class_id) -> dict:
+        """:func:`inventory.figures.idle_per_node`, read once per argument list (pods
+        that wait for different amounts of the same class share it)."""
+        key = (cluster_id, resource, gpu_class_id)
+        if key not in self._idle_nodes:
+            self._idle_nodes[key] = idle_per_node(cluster_id, resource, gpu_class_id)
+        return self._idle_nodes[key]
 
     def class_of(self, ns: TeamNamespace, f: Finding) -> GpuClass | None:
         for cls in self.classes[ns.cluster_id]:
@@ -274,7 +283,7 @@ class _Context:
             ns.cluster_id, f.resource, gpu_class_id=cls_id
         ):
             on_node[node_id].append((amount, started))
-        nodes = idle_per_node(ns.cluster_id, f.resource, cls_id)
+        nodes = self.idle_nodes(ns.cluster_id, f.resource, cls_id)
         found = [estimate(need, idle, on_node[node_id], durations, [], self.now, what)
                  for node_id, idle in nodes.items()]  # fmt: skip
         timed = [e for e in found if e.at is not None]
