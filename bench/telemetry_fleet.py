@@ -286,8 +286,8 @@ def _older_hours(cur, gpus: list[Gpu], states, first_hour: int, days: int) -> in
                {n} * (60.0 + 5 * u), {n}
         FROM bench_plan p, generate_series(%s::bigint, %s::bigint, 12) k,
              LATERAL (SELECT CASE WHEN k < p.created THEN 0
-                                  WHEN p.busy THEN 55 + (p.h + 7 * k) % 41
-                                  ELSE (p.h + k) % 4 END AS u) x
+                                  WHEN p.busy THEN 55 + (p.h + 7 * k) %% 41
+                                  ELSE (p.h + k) %% 4 END AS u) x
         """,  # noqa: S608 - constants of this module
         [first_hour - (days - 1) * 24 * 12, first_hour - 12],
     )

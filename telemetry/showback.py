@@ -31,7 +31,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from django.db.models import Q
+from django.db.models import Q, Sum
 from django.utils import timezone
 
 from inventory.models import GPU_RESOURCE
@@ -134,11 +134,15 @@ def used_hours(
     return {k: {h: (a, b) for h, (a, b) in v.items()} for k, v in out.items()}
 
 
-def used_cells(keys: set[NsKey], start: datetime, end: datetime, now: datetime) -> dict:
+def used_cells(
+    keys: set[NsKey], start: datetime, end: datetime, now: datetime, *, by_hour: bool = True
+) -> dict:
     """{(cluster id, namespace, GPU class id, hour): [allocated, busy GPU-hours]} of the
     namespaces ``keys`` in [start, min(end, now)): the UsageHour rows the figures'
     computation writes (telemetry.summary) from when they cover each cluster, and before
-    that the history with the current attribution. A fixed number of queries."""
+    that the history with the current attribution. ``by_hour`` False: summed over the
+    span by PostgreSQL (hour None), as showback needs them (a month of 400 namespaces is
+    some 10^6 rows). A fixed number of queries."""
     from . import summary
     from .models import UsageHour
 
@@ -147,17 +151,23 @@ def used_cells(keys: set[NsKey], start: datetime, end: datetime, now: datetime) 
     if start >= stop or not keys:
         return out
     since = summary.usage_since({c for c, _ in keys}, now)
-    rows = UsageHour.objects.filter(
-        cluster_id__in=list(since), namespace__in={n for _, n in keys},
-        hour__gte=start, hour__lt=stop,
-    ).values_list(
-        "cluster_id", "namespace", "gpu_class_id", "hour", "allocated", "busy"
+    covered = Q(pk__in=[])
+    for cluster_id, at in since.items():
+        covered |= Q(cluster_id=cluster_id, hour__gte=at)
+    fields = ["cluster_id", "namespace", "gpu_class_id", *(["hour"] if by_hour else [])]
+    rows = (
+        UsageHour.objects.filter(covered, namespace__in={n for _, n in keys},
+                                 hour__gte=start, hour__lt=stop)
+        .values_list(*fields)
+        .annotate(a=Sum("allocated"), b=Sum("busy"))
+        .order_by()
     )  # fmt: skip
-    for cluster_id, ns, class_id, hour, a, b in rows:
-        if (cluster_id, ns) in keys and hour >= since[cluster_id]:
-            cell = out[(cluster_id, ns, class_id, hour)]
-            cell[0] += a
-            cell[1] += b
+    for row in rows:
+        cluster_id, ns, class_id = row[:3]
+        if (cluster_id, ns) in keys:
+            cell = out[(cluster_id, ns, class_id, row[3] if by_hour else None)]
+            cell[0] += row[-2]
+            cell[1] += row[-1]
     early = {c: at for c, at in since.items() if at > start}  # hours before the rows begin
     before = {k for k in keys if k[0] in early}
     if not before:
@@ -170,7 +180,7 @@ def used_cells(keys: set[NsKey], start: datetime, end: datetime, now: datetime) 
             held[g.node.cluster_id].append(g)
     for cluster_id, gpus in held.items():
         upto = min(end, early[cluster_id])
-        for gpu_id, hour, hours, busy in sources.gpu_hours(gpus, start, upto, now, by_hour=True):
+        for gpu_id, hour, hours, busy in sources.gpu_hours(gpus, start, upto, now, by_hour=by_hour):
             class_id = attribution.gpus[gpu_id].node.gpu_class_id
             for key, share in attribution.shares[gpu_id].items():
                 if key in before:
@@ -301,7 +311,8 @@ def ledger(teams, start: datetime, end: datetime, now: datetime | None = None) -
         if hours:
             granted[(g.namespace.team_id, g.resource, g.gpu_class_id)] += hours
     used: dict = defaultdict(lambda: [0.0, 0.0])
-    for (cluster_id, ns, class_id, _), (a, b) in used_cells(set(ns_team), start, end, now).items():
+    cells = used_cells(set(ns_team), start, end, now, by_hour=False)
+    for (cluster_id, ns, class_id, _), (a, b) in cells.items():
         cell = used[(ns_team[(cluster_id, ns)], class_id)]
         cell[0] += a
         cell[1] += b
