@@ -21,7 +21,7 @@ one :class:`~telemetry.models.ClusterSummary` row:
   cover it: the same computation writes each namespace's allocated and busy GPU-hours per
   hour and GPU class with the attribution of the moment (the last 3 closed hours and the
   current one rewritten every ``TELEMETRY_USAGE_INTERVAL_SECONDS``, 300; a first
-  computation fills the month, and each of the beat's computations then one more span
+  computation fills the last day, and each of the beat's computations then one more span
   before, back to the hourly points' retention: ``usage_complete``, :func:`_backfill`),
   which showback and the team page sum (telemetry.showback.used_cells);
 - ``definition``: the idle threshold and window and the source it was computed with.
@@ -55,7 +55,6 @@ from . import classes, insight, sources
 from .insight import Allocation, NsKey
 from .measured import measured_cluster_ids
 from .models import ClusterSummary, UsageHour
-from .showback import parse_month
 from .sources.agent import history_horizon
 
 log = logging.getLogger(__name__)
@@ -166,10 +165,13 @@ def _hours(cluster_id: int, now: datetime, previous: dict | None) -> dict:
 
 def _write_usage(cluster_id, now: datetime, attribution, previous: dict | None) -> datetime:
     """Write the cluster's UsageHour rows from the hour that may still change (3 closed
-    hours before the previous computation's hour; the start of the month on a first
-    computation, which backfills it with the current attribution) to now; return since
-    when the rows cover the cluster."""
-    since = _dt((previous or {}).get("usage_since")) or parse_month(None, now)[1]
+    hours before the previous computation's hour; on a first computation, a backfill span
+    before the current hour, with the current attribution: the days before are filled one
+    span per computation, :func:`_backfill`, as reading a month of 40,000 GPUs' hours at
+    once would take minutes and more memory than a worker has) to now; return since when
+    the rows cover the cluster."""
+    first = now.replace(minute=0, second=0, microsecond=0) - backfill_span()
+    since = _dt((previous or {}).get("usage_since")) or first
     start = since
     if previous and previous.get("usage_at") is not None:
         start = max(since, _unsettled_from(_dt(previous["usage_at"])))
