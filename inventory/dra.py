@@ -99,21 +99,56 @@ class ClaimFacts:
 class DraInventory:
     nodes: dict[str, DraNode] = field(default_factory=dict)
     claims: dict[tuple[str, str], ClaimFacts] = field(default_factory=dict)
+    # (pool, device) -> (node, resource) of the newest generation's devices, and what each
+    # DeviceClass counts as: what a claim is read with (:meth:`add_claim`)
+    devices: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
+    kinds: dict[str, DeviceClassInfo] = field(default_factory=dict)
+
+    def add_claim(self, claim: dict) -> ClaimFacts:
+        """Read one ResourceClaim into :attr:`claims` (replacing what was known of it)."""
+        meta = claim.get("metadata") or {}
+        facts = ClaimFacts()
+        allocation = (claim.get("status") or {}).get("allocation")
+        if allocation:
+            for result in (allocation.get("devices") or {}).get("results") or []:
+                if result.get("driver") != DRIVER:
+                    continue
+                key = (result.get("pool", ""), result.get("device", ""))
+                node, res = self.devices.get(key, ("", ""))
+                if res:
+                    facts.node = facts.node or node
+                    facts.allocated[res] = facts.allocated.get(res, 0) + 1
+        for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []:
+            exactly = request.get("exactly") or {}
+            info = self.kinds.get(exactly.get("deviceClassName", ""))
+            if info is None:
+                continue
+            facts.gpu_class = facts.gpu_class or info.gpu_class
+            exact = exactly.get("allocationMode", "ExactCount") == "ExactCount"
+            if not allocation and info.resource and exact:
+                n = int(exactly.get("count") or 1)
+                facts.requested[info.resource] = facts.requested.get(info.resource, 0) + n
+        self.claims[(meta.get("namespace", ""), meta.get("name", ""))] = facts
+        return facts
+
+    def knows(self, claim: dict) -> bool:
+        """Whether every device allocated to ``claim`` is in the slices as read (a device
+        of a slice published since is not: read the slices again)."""
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        return all(
+            (r.get("pool", ""), r.get("device", "")) in self.devices
+            for r in (allocation.get("devices") or {}).get("results") or []
+            if r.get("driver") == DRIVER
+        )
 
     def pod_usage(self, pod: dict) -> tuple[dict[str, int], str]:
         """(GPU resources the pod's claims hold, or ask for while unallocated; the portal
         class they name, "" if none). Claims not created yet count nothing."""
-        spec, status = pod.get("spec") or {}, pod.get("status") or {}
         namespace = (pod.get("metadata") or {}).get("namespace", "")
-        generated = {
-            s.get("name"): s.get("resourceClaimName")
-            for s in status.get("resourceClaimStatuses") or []
-        }
         out: dict[str, int] = {}
         gpu_class = ""
-        for ref in spec.get("resourceClaims") or []:
-            name = ref.get("resourceClaimName") or generated.get(ref.get("name"))
-            facts = self.claims.get((namespace, name or ""))
+        for name in claim_names(pod):
+            facts = self.claims.get((namespace, name))
             if facts is None:
                 continue
             for res, n in (facts.allocated or facts.requested).items():
@@ -186,30 +221,9 @@ def read(slices: list[dict], claims: list[dict], classes: list[dict]) -> DraInve
                 memory = ((device.get("capacity") or {}).get("memory") or {}).get("value")
                 node.memory_mib = _mib(memory)
             where[(pool, device.get("name", ""))] = (node_name, res)
-    kinds = device_classes(classes)
+    inv.devices, inv.kinds = where, device_classes(classes)
     for claim in claims:
-        meta = claim.get("metadata") or {}
-        facts = ClaimFacts()
-        allocation = (claim.get("status") or {}).get("allocation")
-        if allocation:
-            for result in (allocation.get("devices") or {}).get("results") or []:
-                if result.get("driver") != DRIVER:
-                    continue
-                node, res = where.get((result.get("pool", ""), result.get("device", "")), ("", ""))
-                if res:
-                    facts.node = facts.node or node
-                    facts.allocated[res] = facts.allocated.get(res, 0) + 1
-        for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []:
-            exactly = request.get("exactly") or {}
-            info = kinds.get(exactly.get("deviceClassName", ""))
-            if info is None:
-                continue
-            facts.gpu_class = facts.gpu_class or info.gpu_class
-            exact = exactly.get("allocationMode", "ExactCount") == "ExactCount"
-            if not allocation and info.resource and exact:
-                n = int(exactly.get("count") or 1)
-                facts.requested[info.resource] = facts.requested.get(info.resource, 0) + n
-        inv.claims[(meta.get("namespace", ""), meta.get("name", ""))] = facts
+        inv.add_claim(claim)
     return inv
 
 
@@ -234,6 +248,18 @@ def node_facts(facts: NodeFacts, node: DraNode | None) -> NodeFacts:
     if node is not None and not facts.gpu_count:
         changes["gpu_count"] = len(node.gpus)
     return replace(facts, **changes)
+
+
+def claim_names(pod: dict) -> list[str]:
+    """The names of the ResourceClaims a pod uses: named ones, and those generated from its
+    templates as far as its status tells them."""
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    generated = {
+        s.get("name"): s.get("resourceClaimName") for s in status.get("resourceClaimStatuses") or []
+    }
+    names = [ref.get("resourceClaimName") or generated.get(ref.get("name"))
+             for ref in spec.get("resourceClaims") or []]  # fmt: skip
+    return [n for n in names if n]
 
 
 def pod_facts(

@@ -9,30 +9,81 @@ pod that finished, was deleted or whose name now belongs to another uid leaves a
 recomputed from the rows of that node and namespace only. A change is in the portal as
 soon as the API server sends it, instead of at the next sync.
 
-DRA clusters are left to the full sync: what a pod holds there is in its claims
-(inventory/dra.py), which a pod event does not carry.
+On a DRA cluster what a pod holds is in its ResourceClaims (inventory/dra.py), which a pod
+event does not carry: :class:`DraView` reads the claims the pod names when its event comes
+(the scheduler allocates a claim before it binds the pod, so the event that brings the node
+finds the devices), with the driver's slices and the DeviceClasses read once per list.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
-from . import podruns
-from .models import Cluster, GpuPod, NamespaceUsage, Node, NodeResource, is_gpu_resource
-from .parsing import parse_gpu_pod
+from . import dra, podruns
+from .models import (
+    Cluster,
+    GpuClass,
+    GpuPod,
+    NamespaceUsage,
+    Node,
+    NodeResource,
+    is_gpu_resource,
+)
+from .parsing import PodFacts, parse_gpu_pod
+
+
+class DraView:
+    """The pod watch's view of a DRA cluster: the driver's devices and the DeviceClasses as
+    read when its list began (read again when a claim holds a device they lack), the
+    claims of each pod read when its event comes, the portal classes' selectors."""
+
+    def __init__(self, cluster: Cluster, gw) -> None:
+        self.cluster = cluster
+        self._read(gw)
+
+    def _read(self, gw) -> None:
+        slices = gw.list_resource_slices() or []
+        self.inv = dra.read(slices, [], gw.list_device_classes())
+        self.selectors = dict(
+            GpuClass.objects.filter(cluster=self.cluster).values_list("slug", "selector")
+        )
+
+    def facts(self, gw, obj: dict[str, Any], base: PodFacts | None) -> PodFacts | None:
+        """The pod's facts with what its claims hold or ask for (dra.pod_facts)."""
+        if not (obj.get("spec") or {}).get("resourceClaims"):
+            return base
+        namespace = (obj.get("metadata") or {}).get("namespace", "")
+        for name in dra.claim_names(obj):
+            claim = gw.read_resource_claim(namespace, name)
+            if claim is None:
+                self.inv.claims.pop((namespace, name), None)
+                continue
+            if not self.inv.knows(claim):
+                self._read(gw)
+            self.inv.add_claim(claim)
+        return dra.pod_facts(obj, self.inv, base, self.selectors)
 
 
 @transaction.atomic
-def apply_pod_event(cluster: Cluster, kind: str, obj: dict[str, Any]) -> int:
+def apply_pod_event(
+    cluster: Cluster,
+    kind: str,
+    obj: dict[str, Any],
+    facts_of: Callable[[dict[str, Any], PodFacts | None], PodFacts | None] | None = None,
+) -> int:
     """Apply one watch event (``ADDED``, ``MODIFIED``, ``DELETED``) of a pod; returns the
-    rows written (0 for a pod that is not, and was not, a GPU pod)."""
+    rows written (0 for a pod that is not, and was not, a GPU pod). ``facts_of``: what
+    else the pod holds (a DRA cluster's claims, :meth:`DraView.facts`)."""
     meta = obj.get("metadata") or {}
     namespace, name = meta.get("namespace", ""), meta.get("name", "")
     facts = None if kind == "DELETED" else parse_gpu_pod(obj)
+    if kind != "DELETED" and facts_of is not None:
+        facts = facts_of(obj, facts)
     row = (
         GpuPod.objects.select_for_update()
         .filter(cluster=cluster, namespace=namespace, name=name)

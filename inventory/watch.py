@@ -18,8 +18,8 @@ delivered up to it. So a "Sync now", a beat sync or the other thread's relist is
 while watches run.
 
 It runs as a long-lived process (``manage.py watch_inventory``) because a Celery task
-should not hold a worker for minutes. DRA clusters' pods are left to the periodic full
-sync (what a pod holds there is in its claims, which a pod event does not carry).
+should not hold a worker for minutes. On a DRA cluster a pod's event is read with its
+ResourceClaims (inventory/podwatch.py ``DraView``), as the sync reads them.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from django.utils import timezone
 
 from .kube import KubeError, KubeGateway
 from .models import Cluster, SyncRun
-from .podwatch import apply_pod_event
+from .podwatch import DraView, apply_pod_event
 from .sync import apply_node_changes, sync_cluster
 from .syncdb import SyncBusy, lock_key
 
@@ -123,17 +123,15 @@ def watch_cluster(
     progress: Progress | None = None,
 ) -> None:
     """Watch the cluster's nodes until ``stop`` is set, and its pods in a thread of their own
-    (:func:`watch_pods`), except on a DRA cluster."""
+    (:func:`watch_pods`)."""
     progress = progress or Progress()
     began = timezone.now()
-    threads = []
-    if not cluster.is_dra:
-        threads.append(threading.Thread(
-            target=watch_pods, args=(cluster, stop),
-            kwargs={"timeout_s": timeout_s, "backoff_s": backoff_s, "progress": progress,
-                    "began": began, "nodes_key": cluster.slug},
-            name=f"watch-pods-{cluster.slug}", daemon=True,
-        ))  # fmt: skip
+    threads = [threading.Thread(
+        target=watch_pods, args=(cluster, stop),
+        kwargs={"timeout_s": timeout_s, "backoff_s": backoff_s, "progress": progress,
+                "began": began, "nodes_key": cluster.slug},
+        name=f"watch-pods-{cluster.slug}", daemon=True,
+    )]  # fmt: skip
     for name, follow in FOLLOWERS.items():
         threads.append(threading.Thread(
             target=_closing(follow), args=(cluster, stop),
@@ -211,6 +209,8 @@ class _Follower:
         self.version = ""
         self.relist_wanted = True
         self.marked = 0.0
+        self.dra: DraView | None = None  # a DRA cluster's devices, read with each list
+        self.gw: KubeGateway | None = None  # the stream's, while it runs
 
     def run(self) -> None:
         try:
@@ -272,12 +272,16 @@ class _Follower:
         if newer:
             self.epoch, self.version = run.pk, getattr(run, f"{self.kind}_version")
             self.relist_wanted = False
+            self.dra = None  # read again with the stream's connection
             self._mark_current(force=True)
         return True
 
     def _stream(self) -> None:
         """One watch request from ``self.version``; keeps the version it reaches."""
         with KubeGateway(self.cluster) as gw:
+            self.gw = gw
+            if self.kind == "pods" and self.cluster.is_dra and self.dra is None:
+                self.dra = DraView(self.cluster, gw)
             for kind, obj in gw.watch(self.kind, self.version, timeout_seconds=self.timeout_s):
                 self.progress.mark(self.key, kind)
                 if self.stop.is_set():
@@ -306,7 +310,10 @@ class _Follower:
             raise Resynced
 
     def _apply_pod(self, kind: str, obj: dict[str, Any]) -> int:
-        return apply_pod_event(self.cluster, kind, obj)
+        if self.dra is None:
+            return apply_pod_event(self.cluster, kind, obj)
+        view, gw = self.dra, self.gw
+        return apply_pod_event(self.cluster, kind, obj, lambda o, base: view.facts(gw, o, base))
 
     def _apply_node(self, kind: str, obj: dict[str, Any]) -> int:
         if kind == "DELETED":

@@ -43,6 +43,16 @@ class DraCalls:
             )
         return self._list_all(self._resource().list_resource_claim_for_all_namespaces)
 
+    def read_resource_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """One ResourceClaim (None: there is none of that name), for the pod watch on a DRA
+        cluster (inventory/watch.py): what a pod holds is in its claims."""
+        try:
+            return self._json(self._resource().read_namespaced_resource_claim, name, namespace)
+        except KubeError as err:
+            if err.status == 404:
+                return None
+            raise
+
     def list_device_classes(self, *, label_selector: str = "") -> list[dict[str, Any]]:
         kwargs = {"label_selector": label_selector} if label_selector else {}
         return self._list_all(self._resource().list_device_class, **kwargs)

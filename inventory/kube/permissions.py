@@ -302,6 +302,13 @@ PERMISSIONS: tuple[Permission, ...] = (
         methods=("list_resource_claims",),
     ),
     Permission(
+        "get",
+        "resourceclaims",
+        group=_RG,
+        feature=f"{_DRA}: the claims of a pod the watch brings (inventory)",
+        methods=("read_resource_claim",),
+    ),
+    Permission(
         "list",
         "deviceclasses",
         group=_RG,

@@ -417,3 +417,50 @@ def test_idle_free_and_usable_equal_the_clusters_devices_and_claims(dra_cluster,
         key = dra.quota_key(dc)
         truth = int(quota["hard"][key]) - int(quota["used"][key])
         assert rows[(cls_of(k, product).slug, r)]["usable"] == truth
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_watch_brings_a_pods_claimed_devices_and_its_end(dra_cluster):
+    """On a DRA cluster the pod watch reads the claims a pod names when its event comes
+    (inventory/podwatch.py DraView): the devices the scheduler allocated are in the portal
+    within 2 s of the pod running, with no sync, and leave with the pod."""
+    import threading
+    import time
+
+    from inventory.models import NamespaceUsage, SyncRun
+    from inventory.watch import watch_pods
+
+    k = dra_cluster
+    api, cluster = k["api"], k["cluster"]
+    stop = threading.Event()
+    thread = threading.Thread(target=watch_pods, args=(cluster, stop),
+                              kwargs={"timeout_s": 5, "backoff_s": 0.2})  # fmt: skip
+    thread.start()
+    try:
+        wait_for(lambda: SyncRun.objects.filter(cluster=cluster, trigger="watch").exists(),
+                 what="the watch's list")  # fmt: skip
+        syncs = SyncRun.objects.filter(cluster=cluster).count()
+        api.create("resourceclaims", claim("two", "gpu.nvidia.com", 2), "team")
+        api.create("pods", pod_with_claim("train", "two"), "team")
+        node = running(api, "train")["spec"]["nodeName"]
+        began = time.monotonic()
+        row = wait_for(
+            lambda: GpuPod.objects.filter(name="train", node_name=node).first(),
+            timeout=2, interval=0.02, what="the pod in the portal",
+        )  # fmt: skip
+        assert time.monotonic() - began < 2
+        assert row.requests == {GPU: 2} and row.phase == "Running"
+        requested = NodeResource.objects.get(node__name=node, resource=GPU).requested
+        assert requested == 2
+        usage = NamespaceUsage.objects.get(cluster=cluster, namespace="team", resource=GPU)
+        assert (usage.requested, usage.pods) == (2, 1)
+
+        api.delete("pods", "train", "team")
+        wait_for(lambda: not GpuPod.objects.filter(name="train").exists(), timeout=5,
+                 interval=0.02, what="the pod gone")  # fmt: skip
+        assert NodeResource.objects.get(node__name=node, resource=GPU).requested == 0
+        assert SyncRun.objects.filter(cluster=cluster).count() == syncs  # no sync did it
+    finally:
+        stop.set()
+        thread.join(20)
+    assert not thread.is_alive()
