@@ -235,11 +235,15 @@ def build_agent(gpus: list[Gpu], node_rows, ref: int, days: int = 1) -> dict:
     rows = {"telemetry_gpuhistory1h": 0, "telemetry_gpuhistory5m": 0}
     n = SAMPLES_PER_SLOT
     with connection.cursor() as cur:
+        # Oldest first and hour by hour, as the agents' reports and the hourly rollups write
+        # them: the rows lie in time order, which the BRIN indexes on ``bucket`` rely on.
+        if days > 1:
+            rows["telemetry_gpuhistory1h"] += _older_hours(cur, gpus, states, hours[0], days)
         recent = range(now_slot - FINE_SLOTS, now_slot + 1)
         for table, keys in (("telemetry_gpuhistory1h", hours), ("telemetry_gpuhistory5m", recent)):
             buf = io.StringIO()
-            for g, state in zip(gpus, states, strict=True):
-                for k in keys:
+            for k in keys:
+                for g, state in zip(gpus, states, strict=True):
                     span = range(k, k + 12) if table.endswith("1h") else (k,)
                     us = [g.util(j, ref) for j in span]
                     mem = sum(g.memory(u) for u in us)
@@ -254,8 +258,6 @@ def build_agent(gpus: list[Gpu], node_rows, ref: int, days: int = 1) -> dict:
                     buf = io.StringIO()
             buf.seek(0)
             cur.copy_expert(f"COPY {table} ({COLUMNS}) FROM STDIN", buf)
-        if days > 1:
-            rows["telemetry_gpuhistory1h"] += _older_hours(cur, gpus, states, hours[0], days)
         cur.execute("ANALYZE telemetry_gpuhistory1h, telemetry_gpuhistory5m, telemetry_gpustate")
     return {"seconds": time.perf_counter() - start, "rows": sum(rows.values()), **rows}
 
@@ -278,8 +280,7 @@ def _older_hours(cur, gpus: list[Gpu], states, first_hour: int, days: int) -> in
                 "busy boolean, mem_busy bigint, mem_idle bigint)")  # fmt: skip
     cur.copy_expert("COPY bench_plan FROM STDIN", buf)
     n = SAMPLES_PER_SLOT * 12
-    cur.execute(
-        f"""
+    sql = f"""
         INSERT INTO telemetry_gpuhistory1h ({COLUMNS})
         SELECT p.gpu_id, to_timestamp(k * {SLOT}), {n}, {n} * u, {n}, u,
                {n} * CASE WHEN u >= 5 THEN p.mem_busy ELSE p.mem_idle END, {n}, 30 + u / 3,
@@ -288,10 +289,12 @@ def _older_hours(cur, gpus: list[Gpu], states, first_hour: int, days: int) -> in
              LATERAL (SELECT CASE WHEN k < p.created THEN 0
                                   WHEN p.busy THEN 55 + (p.h + 7 * k) %% 41
                                   ELSE (p.h + k) %% 4 END AS u) x
-        """,  # noqa: S608 - constants of this module
-        [first_hour - (days - 1) * 24 * 12, first_hour - 12],
-    )
-    written = cur.rowcount
+        ORDER BY k, p.gpu_id
+    """  # noqa: S608 - constants of this module
+    written, day = 0, 24 * 12
+    for begin in range(first_hour - (days - 1) * day, first_hour, day):  # a day per statement
+        cur.execute(sql, [begin, min(begin + day, first_hour) - 12])
+        written += cur.rowcount
     cur.execute("DROP TABLE bench_plan")
     return written
 

@@ -63,6 +63,9 @@ HOUR = timedelta(hours=1)
 HOURS = 24  # the fleet page's chart
 SETTLED = timedelta(hours=3)  # the agent source re-rolls the last 3 closed hours
 LOCK_SPACE = 0x7E1E  # pg advisory lock (space, cluster id): one computation per cluster
+# The longest span a computation fills before the rows begin: within what the Prometheus
+# source asks in one query (telemetry/promsource.py MAX_RANGE, 31 days, with its lookback).
+MAX_BACKFILL = timedelta(days=28)
 
 
 def usage_interval() -> timedelta:
@@ -211,8 +214,8 @@ def _backfill(cluster_id, now: datetime, attribution, since: datetime, span: tim
     and in time no page reads raw history (showback of a month before the rows began read
     every held GPU's hours of the month per view). The span is
     ``TELEMETRY_USAGE_BACKFILL_HOURS`` (a day) after a span with history and doubles after
-    one without (up to 32 days), so a gap or the time before telemetry began is crossed in
-    a few computations. Returns (the rows' new beginning, done: the hourly points'
+    one without (up to :data:`MAX_BACKFILL`), so a gap or the time before telemetry began
+    is crossed in a few computations. Returns (the rows' new beginning, done: the hourly points'
     retention reached, the next span)."""
     from .retention import HOURLY_RETENTION
 
@@ -221,7 +224,7 @@ def _backfill(cluster_id, now: datetime, attribution, since: datetime, span: tim
     if start >= since:
         return since, True, span
     written = _rewrite(cluster_id, attribution, start, since, now)
-    span = backfill_span() if written else min(span * 2, timedelta(days=32))
+    span = backfill_span() if written else min(span * 2, MAX_BACKFILL)
     return start, start <= horizon, span
 
 
