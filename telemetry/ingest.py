@@ -162,7 +162,11 @@ def _parse_timestamp(errors: _Errors, v: Any, now: datetime) -> datetime | None:
     if ts.tzinfo is None:
         errors.add("timestamp", "A time zone is required (e.g. 2026-11-30T14:00:00Z).")
         return None
-    ts = ts.astimezone(UTC)
+    try:
+        ts = ts.astimezone(UTC)
+    except OverflowError:  # year 1 or 9999 with an offset: outside any window anyway
+        errors.add("timestamp", "Outside the accepted window (an hour back, 10 minutes ahead).")
+        return None
     if ts > now + CLOCK_WINDOW:
         errors.add("timestamp", "More than 10 minutes ahead of the portal's clock.")
     elif ts < now - MAX_REPORT_AGE:

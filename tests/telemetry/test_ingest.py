@@ -315,6 +315,9 @@ def errors_of(response) -> dict:
         (lambda b: b.update(timestamp="2026-11-30T14:12:00Z"), "timestamp"),
         (lambda b: b.update(timestamp="2026-11-30T12:59:00Z"), "timestamp"),
         (lambda b: b.update(timestamp=1796047260), "timestamp"),
+        # in range as written, out of datetime's range in UTC (an OverflowError: 500, #24)
+        (lambda b: b.update(timestamp="0001-01-01T00:00:00+14:00"), "timestamp"),
+        (lambda b: b.update(timestamp="9999-12-31T23:59:59-14:00"), "timestamp"),
         (lambda b: b["gpus"][1].update(memory_used_mib=-1), "gpus[1].memory_used_mib"),
         (lambda b: b["gpus"][1].update(memory_total_mib="80GB"), "gpus[1].memory_total_mib"),
         (lambda b: b["gpus"][2].update(utilization_gpu_pct=101), "gpus[2].utilization_gpu_pct"),
