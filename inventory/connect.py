@@ -86,7 +86,7 @@ def _token_errors(cluster: Cluster) -> dict[str, str]:
     if cluster.ca_cert:
         try:
             ssl.create_default_context(cadata=cluster.ca_cert)
-        except (ssl.SSLError, ValueError) as err:
+        except (ssl.SSLError, ValueError, TypeError) as err:  # TypeError: non-ASCII text
             errors["ca_cert"] = f"Not a PEM CA certificate: {err}"
     return errors
 

@@ -115,6 +115,9 @@ API = {**TOKEN, "api_url": "https://10.0.0.1:6443"}
          "bearer_token_file", "not both"),
         ({**API, "bearer_token_file": "/nonexistent/token"}, "bearer_token_file", "No file"),
         ({**API, "bearer_token": "t", "ca_cert": "not a pem"}, "ca_cert", "PEM"),
+        # ssl refuses non-ASCII PEM text with a TypeError: it was a 500 (#24 finding 4)
+        ({**API, "bearer_token": "t", "ca_cert": "-----BEGIN CERTIFICATE-----\nÄÖ\n"
+          "-----END CERTIFICATE-----"}, "ca_cert", "PEM"),
         (POD, "auth_method", "not running in a Kubernetes pod"),
         ({"auth_method": "carrier-pigeon"}, "auth_method", "not a valid choice"),
         ({**POD, "preflight_namespaces": ["Not_A_Name"]}, "preflight_namespaces", "DNS"),
