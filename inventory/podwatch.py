@@ -34,7 +34,7 @@ from .models import (
     NodeResource,
     is_gpu_resource,
 )
-from .parsing import PodFacts, parse_gpu_pod
+from .parsing import TERMINAL_PHASES, PodFacts, parse_gpu_pod
 
 
 class DraView:
@@ -55,8 +55,9 @@ class DraView:
 
     def facts(self, gw, obj: dict[str, Any], base: PodFacts | None) -> PodFacts | None:
         """The pod's facts with what its claims hold or ask for (dra.pod_facts)."""
-        if not (obj.get("spec") or {}).get("resourceClaims"):
-            return base
+        ended = ((obj.get("status") or {}).get("phase") or "Pending") in TERMINAL_PHASES
+        if ended or not (obj.get("spec") or {}).get("resourceClaims"):
+            return None if ended else base  # an ended pod's claims are not read
         namespace = (obj.get("metadata") or {}).get("namespace", "")
         for name in dra.claim_names(obj):
             claim = gw.read_resource_claim(namespace, name)
