@@ -450,8 +450,12 @@ def test_the_watch_brings_a_pods_claimed_devices_and_its_end(dra_cluster):
         )  # fmt: skip
         assert time.monotonic() - began < 2
         assert row.requests == {GPU: 2} and row.phase == "Running"
-        requested = NodeResource.objects.get(node__name=node, resource=GPU).requested
-        assert requested == 2
+        # the node's figure can come with a later event of the pod (a claim read before its
+        # allocation reached the API's cache): polled, within the same 2 s
+        wait_for(
+            lambda: NodeResource.objects.get(node__name=node, resource=GPU).requested == 2,
+            timeout=2, interval=0.02, what="the node's requested devices",
+        )  # fmt: skip
         usage = NamespaceUsage.objects.get(cluster=cluster, namespace="team", resource=GPU)
         assert (usage.requested, usage.pods) == (2, 1)
 
