@@ -4,7 +4,8 @@ The command line mirrors ``python -m simcluster`` so the demo starts either the 
 
     python -m devstack.cluster --fleet simcluster/fleets/demo.yaml --port 6443 \\
         --apply deploy/kubernetes/namespace.yaml --apply deploy/kubernetes/rbac.yaml \\
-        --serviceaccount-kubeconfig gpu-quota-portal/gpu-quota-portal=.data/portal.kubeconfig \\
+        --serviceaccount-kubeconfig \\
+            gpu-quota-portal/gpu-quota-portal=.data/credentials/portal.kubeconfig \\
         --kubeconfig .data/kubeconfig
 
 It starts :class:`devstack.controlplane.ControlPlane` in ``--workdir``, loads the fleet

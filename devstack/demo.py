@@ -293,7 +293,11 @@ def run_demo() -> int:
     """Run the demo until Ctrl-C; the exit code is non-zero when something failed."""
     data = data_dir()
     kubeconfig = data / "kubeconfig"
-    portal_kubeconfig = data / "portal.kubeconfig"
+    # The portal's own credentials sit apart from the data directory's other secrets (the
+    # admins' kubeconfigs, the metrics token): CLUSTER_CREDENTIAL_DIRS names only this one.
+    credentials = data / "credentials"
+    credentials.mkdir(mode=0o700, parents=True, exist_ok=True)
+    portal_kubeconfig = credentials / "portal.kubeconfig"
     fleet = os.environ.get("SIM_FLEET", DEFAULT_FLEET)
     py = sys.executable
     sup = Supervisor(state_file=data / ".devstack-children.json")
@@ -392,13 +396,14 @@ def _bring_up(
         return
     port, sport, pport = ports
     kubeconfig, portal_kubeconfig = kubeconfigs
+    credentials = portal_kubeconfig.parent
     # Both kubeconfigs of a simulator reappear once it listens (the admin's is written last).
     sims = [("sim", fleet, sport, kubeconfig, portal_kubeconfig)]
     kueue_fleet = os.environ.get("SIM_KUEUE_FLEET", DEFAULT_KUEUE_FLEET)
     seed = [py, "manage.py", "seed_demo", "--kubeconfig", str(portal_kubeconfig),
             "--history-days", _backfill_days()]  # fmt: skip
     if kueue_fleet:
-        kueue_kcs = (data / "kueue.kubeconfig", data / "kueue-portal.kubeconfig")
+        kueue_kcs = (data / "kueue.kubeconfig", credentials / "kueue-portal.kubeconfig")
         kport = sim_port("SIM_KUEUE_PORT", DEFAULT_SIM_PORT + 1)
         sims.append(("sim-kueue", kueue_fleet, kport, *kueue_kcs))
         seed += ["--kueue-kubeconfig", str(kueue_kcs[1]),
@@ -406,7 +411,7 @@ def _bring_up(
     real = use_real_control_plane(sup.log)
     dra_fleet = os.environ.get("SIM_DRA_FLEET", DEFAULT_DRA_FLEET)
     if dra_fleet and real:
-        dra_kcs = (data / "dra.kubeconfig", data / "dra-portal.kubeconfig")
+        dra_kcs = (data / "dra.kubeconfig", credentials / "dra-portal.kubeconfig")
         sims.append(("sim-dra", dra_fleet, sim_port("SIM_DRA_PORT", DEFAULT_SIM_PORT + 2),
                      *dra_kcs))  # fmt: skip
         seed += ["--dra-kubeconfig", str(dra_kcs[1]), "--dra-admin-kubeconfig", str(dra_kcs[0])]

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -78,6 +79,8 @@ def run_command(argv: Sequence[str]) -> int:
                 env = dict(os.environ)
                 env.update(services.env())
                 env["DATA_DIR"] = str(root)
+                # Benchmarks write their clusters' kubeconfigs to temporary directories.
+                env.setdefault("CLUSTER_CREDENTIAL_DIRS", f"{tempfile.gettempdir()},{root}")
                 env.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
                 return run_foreground(argv, env)
             finally:

@@ -13,11 +13,11 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import yaml
 from django.db import transaction
 
+from .kube import credentials
 from .models import Cluster
 from .preflight import ERROR, STORED_FIELDS, Report, run_preflight, store
 
@@ -30,28 +30,21 @@ CONNECT_FIELDS = [
 SECRET_FIELDS = frozenset({"bearer_token"})
 
 
-def _readable(path: str) -> str | None:
-    """An error message when ``path`` is not a readable file, else None."""
-    p = Path(path)
-    if not p.is_absolute():
-        return "Give an absolute path (the portal's working directory is not yours)."
-    if not p.is_file():
-        return f"No file at {path} (as seen by the portal's processes)."
-    if not os.access(p, os.R_OK):
-        return f"{path} exists but the portal cannot read it."
-    return None
-
-
 def _kubeconfig_errors(cluster: Cluster) -> dict[str, str]:
     if not cluster.kubeconfig_path:
         return {"kubeconfig_path": "A kubeconfig path is required for this method."}
-    problem = _readable(cluster.kubeconfig_path)
+    problem = credentials.file_problem(cluster.kubeconfig_path)
     if problem:
         return {"kubeconfig_path": problem}
     try:
         data = yaml.safe_load(Path(cluster.kubeconfig_path).read_text()) or {}
-    except (OSError, yaml.YAMLError, UnicodeDecodeError) as err:
-        return {"kubeconfig_path": f"Not a kubeconfig (YAML): {str(err)[:200]}"}
+    except (OSError, UnicodeDecodeError) as err:
+        return {"kubeconfig_path": f"Cannot read it as text: {type(err).__name__}."}
+    except yaml.YAMLError as err:
+        # Not str(err): a YAML error quotes the line it stopped at, which is the file's text.
+        mark = getattr(err, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        return {"kubeconfig_path": f"Not a kubeconfig: not valid YAML{where}."}
     if not isinstance(data, dict):
         return {"kubeconfig_path": "Not a kubeconfig: expected a YAML mapping."}
     contexts = [c.get("name") for c in data.get("contexts") or [] if isinstance(c, dict)]
@@ -68,19 +61,15 @@ def _token_errors(cluster: Cluster) -> dict[str, str]:
     errors: dict[str, str] = {}
     if not cluster.api_url:
         errors["api_url"] = "The API server URL is required for token access."
-    else:
-        scheme = urlsplit(cluster.api_url).scheme
-        if scheme != "https" and cluster.verify_tls:
-            errors["api_url"] = (
-                "Use an https:// URL: the token would travel in clear text "
-                "(untick TLS verification only for a test cluster)."
-            )
+    elif problem := credentials.url_problem(cluster.api_url):
+        errors["api_url"] = problem
     if cluster.bearer_token and cluster.bearer_token_file:
         errors["bearer_token_file"] = "Give a token or a token file, not both."
     elif cluster.bearer_token_file:
-        problem = _readable(cluster.bearer_token_file)
-        if problem:
-            errors["bearer_token_file"] = problem
+        try:
+            credentials.read_token(cluster.bearer_token_file)
+        except credentials.CredentialError as err:
+            errors["bearer_token_file"] = str(err)
     elif not cluster.bearer_token:
         errors["bearer_token"] = "Give a bearer token or a file that holds one."
     if cluster.ca_cert:

@@ -287,6 +287,16 @@ INVENTORY_PAGE_SIZE = env.int("INVENTORY_PAGE_SIZE", default=500)
 # A cluster whose last good sync is older than this many intervals is shown as stale.
 INVENTORY_STALE_AFTER = timedelta(seconds=INVENTORY_SYNC_INTERVAL * env.int("STALE_FACTOR", 4))
 KUBE_REQUEST_TIMEOUT = env.float("KUBE_REQUEST_TIMEOUT", default=30.0)
+# A cluster's credential files (kubeconfig, bearer token file) are read only below these
+# directories: where Kubernetes mounts Secrets, and the data directory's credentials/ (the
+# demo's portal kubeconfigs; not the data directory itself, which holds other secrets). An
+# admin form cannot make the portal read any other host file (#24).
+CLUSTER_CREDENTIAL_DIRS = env.list(
+    "CLUSTER_CREDENTIAL_DIRS", default=["/var/run/secrets", str(DATA_DIR / "credentials")]
+)
+# Hosts a token cluster's api_url may name with plain http:// (the token travels in clear
+# text: a test cluster on localhost, say). Every other api_url is https.
+CLUSTER_HTTP_HOSTS = env.list("CLUSTER_HTTP_HOSTS", default=[])
 # The connection preflight asks while an admin waits: a short timeout, no retries.
 PREFLIGHT_REQUEST_TIMEOUT = env.float("PREFLIGHT_REQUEST_TIMEOUT", default=10.0)
 

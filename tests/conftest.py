@@ -6,6 +6,8 @@ one); Redis likewise.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
@@ -20,6 +22,25 @@ def _fast_settings(settings):
     # confirm tasks here); workers started by tests keep the production default, and
     # tests/quotas/test_apply.py covers the hand-over itself.
     settings.QUOTA_CONFIRM_INLINE_SECONDS = 5.0
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _credential_dirs(tmp_path_factory):
+    """Tests' clusters have their kubeconfigs and token files under pytest's temporary
+    directory: the portal may read credentials there too (for workers this process
+    starts as well, through the environment)."""
+    from django.conf import settings
+
+    dirs = [*settings.CLUSTER_CREDENTIAL_DIRS, str(tmp_path_factory.getbasetemp())]
+    before_env = os.environ.get("CLUSTER_CREDENTIAL_DIRS")
+    before, settings.CLUSTER_CREDENTIAL_DIRS = settings.CLUSTER_CREDENTIAL_DIRS, dirs
+    os.environ["CLUSTER_CREDENTIAL_DIRS"] = ",".join(dirs)
+    yield
+    settings.CLUSTER_CREDENTIAL_DIRS = before
+    if before_env is None:
+        os.environ.pop("CLUSTER_CREDENTIAL_DIRS", None)
+    else:
+        os.environ["CLUSTER_CREDENTIAL_DIRS"] = before_env
 
 
 @pytest.fixture(autouse=True)

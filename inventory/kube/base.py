@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Self
 
 import urllib3
+import yaml
 from django.conf import settings
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -30,6 +31,8 @@ from kubernetes.config.config_exception import ConfigException
 from kubernetes.watch.watch import iter_resp_lines
 
 from inventory.models import Cluster
+
+from . import credentials
 
 log = logging.getLogger(__name__)
 
@@ -90,10 +93,13 @@ class ListPage:
 
 
 def build_api_client(cluster: Cluster) -> client.ApiClient:
-    """An ApiClient for the cluster's configured credentials."""
+    """An ApiClient for the cluster's configured credentials (see :mod:`.credentials`)."""
     method = cluster.auth_method
     try:
         if method == Cluster.AuthMethod.KUBECONFIG:
+            problem = credentials.file_problem(cluster.kubeconfig_path)
+            if problem:
+                raise credentials.CredentialError(problem)
             cfg = client.Configuration()
             config.load_kube_config(
                 config_file=cluster.kubeconfig_path,
@@ -105,18 +111,33 @@ def build_api_client(cluster: Cluster) -> client.ApiClient:
             cfg = client.Configuration()
             config.load_incluster_config(client_configuration=cfg)
         elif method == Cluster.AuthMethod.TOKEN:
+            problem = credentials.url_problem(cluster.api_url)
+            if problem:
+                raise credentials.CredentialError(problem)
             cfg = client.Configuration(host=cluster.api_url.rstrip("/"))
             token = cluster.bearer_token
             if cluster.bearer_token_file:
-                token = Path(cluster.bearer_token_file).read_text().strip()
+                token = credentials.read_token(cluster.bearer_token_file)
             cfg.api_key = {"authorization": f"Bearer {token}"}
             cfg.verify_ssl = cluster.verify_tls
             if cluster.ca_cert:
                 cfg.ssl_ca_cert = _ca_file(cluster)
         else:
             raise KubeError(f"Unknown auth method {method!r}", permanent=True)
+    except credentials.CredentialError as err:
+        raise KubeError(f"Cannot load credentials: {err}", permanent=True) from None
+    except yaml.YAMLError:
+        # Not the error's text: it quotes the line of the file it stopped at.
+        raise KubeError("Cannot load credentials: the kubeconfig is not valid YAML.",
+                        permanent=True) from None  # fmt: skip
     except (ConfigException, OSError, TypeError, ValueError) as err:
         raise KubeError(f"Cannot load credentials: {err}", permanent=True) from err
+    # A header value with a line break would fail in http.client with the value (the
+    # token) in its message, on every call: refuse it here, once, without quoting it.
+    for value in (cfg.api_key or {}).values():
+        if not credentials.TOKEN.fullmatch(str(value).removeprefix("Bearer ")):
+            raise KubeError("Cannot load credentials: the token is not one line of visible "
+                            "ASCII characters.", permanent=True)  # fmt: skip
     # Retries happen in KubeGateway._call, where they are bounded and logged.
     cfg.retries = False
     return client.ApiClient(cfg)

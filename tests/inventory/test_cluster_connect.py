@@ -106,14 +106,15 @@ API = {**TOKEN, "api_url": "https://10.0.0.1:6443"}
     [
         (KC, "kubeconfig_path", "required"),
         ({**KC, "kubeconfig_path": "relative/kc"}, "kubeconfig_path", "absolute"),
-        ({**KC, "kubeconfig_path": "/nonexistent/kc"}, "kubeconfig_path", "No file"),
+        ({**KC, "kubeconfig_path": "/var/run/secrets/no/kc"}, "kubeconfig_path", "No file"),
         ({**TOKEN, "bearer_token": "t"}, "api_url", "required"),
         ({**TOKEN, "api_url": "http://10.0.0.1", "bearer_token": "t"}, "api_url", "https"),
         ({**TOKEN, "api_url": "not a url", "bearer_token": "t"}, "api_url", "valid URL"),
         (API, "bearer_token", "token"),
         ({**API, "bearer_token": "t", "bearer_token_file": "/etc/hostname"},
          "bearer_token_file", "not both"),
-        ({**API, "bearer_token_file": "/nonexistent/token"}, "bearer_token_file", "No file"),
+        ({**API, "bearer_token_file": "/var/run/secrets/no/token"}, "bearer_token_file",
+         "No file"),
         ({**API, "bearer_token": "t", "ca_cert": "not a pem"}, "ca_cert", "PEM"),
         # ssl refuses non-ASCII PEM text with a TypeError: it was a 500 (#24 finding 4)
         ({**API, "bearer_token": "t", "ca_cert": "-----BEGIN CERTIFICATE-----\nÄÖ\n"
@@ -264,9 +265,9 @@ def test_connect_page_field_errors(db, client, admin_user):
     client.force_login(admin_user)
     response = client.post(reverse("inventory:cluster-connect"),
                            {"slug": "x", "name": "X", "auth_method": "kubeconfig",
-                            "kubeconfig_path": "/nonexistent/kc"})  # fmt: skip
+                            "kubeconfig_path": "/var/run/secrets/nonexistent/kc"})  # fmt: skip
     assert response.status_code == 400
-    assert "No file at /nonexistent/kc" in response.content.decode()
+    assert "No file at /var/run/secrets/nonexistent/kc" in response.content.decode()
 
 
 def test_cluster_pages_are_admin_only(sim, client, researcher):
