@@ -339,8 +339,9 @@ def _run(
         services = start_services(data, persistent=True, log=sup.log)
         for note in services.describe():
             sup.log(note)
+        restarts = services.restarts(sup.log)
         for name, alive in services.health().items():
-            sup.watch(name, alive)
+            sup.watch(name, alive, restart=restarts.get(name))
         env = child_env(services, data, kubeconfigs[1])
         write_env_file(env_file, {**services.env(), "SIM_KUBECONFIG": env["SIM_KUBECONFIG"]})
         _bring_up(sup, env, services, data, kubeconfigs, fleet, (port, sport, pport), py)

@@ -170,8 +170,49 @@ class EmbeddedPostgres:
         assert self.socket_dir is not None, "start() first"
         return postgres_socket_url(self.socket_dir, database, self.port)
 
+    def restart(self, log: Log, timeout: float = 30.0) -> None:
+        """Start the server again after its postmaster died (killed, crashed), on the same
+        data directory and socket.
+
+        Its orphaned backends notice and exit within moments (they run in the data
+        directory: waited for, killed after ``timeout``); a postmaster.pid naming a dead or
+        zombie postmaster is removed (PostgreSQL itself only removes one whose pid is gone,
+        and a zombie's pid is not), with its socket's lock file."""
+        if self.server is not None:
+            atexit.unregister(self.server._cleanup)
+            # The wheel keeps one handle per data directory per process: forget the dead one.
+            type(self.server)._instances.pop(self.server.pgdata, None)
+            self.server = None
+        old = self.process
+        if old is not None:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(old.pid, os.WNOHANG)  # reap it, if it was ours
+        deadline = time.monotonic() + timeout
+        while orphans := self._backends():
+            if time.monotonic() > deadline:
+                for proc in orphans:
+                    with contextlib.suppress(psutil.Error):
+                        proc.kill()
+                break
+            time.sleep(0.1)
+        if old is not None and not _running(old):
+            (self.pgdata / "postmaster.pid").unlink(missing_ok=True)
+            if self.socket_dir is not None:  # its socket's lock file names the dead pid too
+                (self.socket_dir / f".s.PGSQL.{self.port}.lock").unlink(missing_ok=True)
+        self.start(log)
+
+    def _backends(self) -> list[psutil.Process]:
+        """Live processes whose working directory is this data directory (backends)."""
+        here = self.pgdata.resolve()
+        found = []
+        for proc in psutil.process_iter():
+            with contextlib.suppress(psutil.Error, OSError):
+                if proc.status() != psutil.STATUS_ZOMBIE and Path(proc.cwd()) == here:
+                    found.append(proc)
+        return found
+
     def alive(self) -> bool:
-        """Whether the postmaster is still running (a crash must stop the demo)."""
+        """Whether the postmaster is still running (a crash stops or restarts the demo)."""
         return self.process is not None and _running(self.process)
 
     def stop(self, log: Log) -> None:
@@ -339,6 +380,16 @@ class Services:
         if self.redis is not None:
             checks["redis"] = self.redis.alive
         return checks
+
+    def restarts(self, log: Log) -> dict[str, Callable[[], None]]:
+        """How to start each embedded server again after it died (the demo's supervisor):
+        on the same data and socket, so the URLs the processes hold stay right."""
+        out: dict[str, Callable[[], None]] = {}
+        if self.postgres is not None:
+            out["postgres"] = lambda: self.postgres.restart(log)
+        if self.redis is not None:
+            out["redis"] = lambda: self.redis.start(log)
+        return out
 
     def stop(self, log: Log) -> None:
         """Stop what we started (Redis first: nothing of ours talks to it any more)."""

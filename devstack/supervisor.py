@@ -6,7 +6,8 @@ grandchildren (Celery's pool processes). Output is prefixed with the child's nam
 
 A child started with ``restart=True`` (the demo's worker, beat, watcher and agents) that
 dies is started again, with a log line, at most ``RESTART_LIMIT`` times in
-``RESTART_WINDOW`` seconds; past that it counts as dead and everything stops. Only a
+``RESTART_WINDOW`` seconds; past that it counts as dead and everything stops. The same
+holds for a watched service given a ``restart`` (the demo's PostgreSQL and Redis). Only a
 signal stops the run: SIGINT and SIGTERM always (also when started in the background,
 where the shell sets SIGINT to ignored), SIGHUP unless it was ignored at start (``nohup``).
 """
@@ -75,6 +76,7 @@ class Supervisor:
         self.poll_interval = poll_interval
         self.children: list[Child] = []
         self.watches: dict[str, Callable[[], bool]] = {}
+        self.watch_restarts: dict[str, tuple[Callable[[], None], deque]] = {}
         self.stop_reason: str | None = None
         self.failures: list[str] = []
         self._write_lock = threading.Lock()
@@ -228,9 +230,15 @@ class Supervisor:
                 groups.append({"name": child.name, "pgid": child.pgid, "created": created})
         self.state_file.write_text(json.dumps(groups))
 
-    def watch(self, name: str, alive: Callable[[], bool]) -> None:
-        """Treat ``alive() == False`` like a dead child (used for Postgres and Redis)."""
+    def watch(
+        self, name: str, alive: Callable[[], bool], restart: Callable[[], None] | None = None
+    ) -> None:
+        """Treat ``alive() == False`` like a dead child (used for Postgres and Redis):
+        ``restart()`` starts it again, bounded like a restartable child, else the run stops.
+        ``restart`` raising counts as a failed restart (the run stops, saying why)."""
         self.watches[name] = alive
+        if restart is not None:
+            self.watch_restarts[name] = (restart, deque())
 
     def run_once(
         self,
@@ -297,9 +305,33 @@ class Supervisor:
                 self.request_stop(why, failed=True)
                 return
         for name, alive in self.watches.items():
-            if not alive():
-                self.request_stop(f"{name} is no longer running", failed=True)
+            if not alive() and not self._restart_watched(name):
                 return
+
+    def _restart_watched(self, name: str) -> bool:
+        """Start a watched service again; False (and the run stops) when it cannot be."""
+        why = f"{name} is no longer running"
+        if name not in self.watch_restarts:
+            self.request_stop(why, failed=True)
+            return False
+        restart, times = self.watch_restarts[name]
+        now = time.monotonic()
+        while times and now - times[0] > RESTART_WINDOW:
+            times.popleft()
+        if len(times) >= RESTART_LIMIT:
+            self.request_stop(f"{why}, {RESTART_LIMIT} times within {RESTART_WINDOW:.0f}s: "
+                              "not restarted", failed=True)  # fmt: skip
+            return False
+        times.append(now)
+        self.log(f"{why}; restarting it ({len(times)} of {RESTART_LIMIT} restarts allowed "
+                 f"in {RESTART_WINDOW:.0f}s)")  # fmt: skip
+        try:
+            restart()
+        except Exception as exc:
+            self.request_stop(f"{why} and did not restart: {exc}", failed=True)
+            return False
+        self.log(f"{name} restarted")
+        return True
 
     def _snapshot(self) -> None:
         """Remember every process in our trees, to prove at the end that none is left."""

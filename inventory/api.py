@@ -18,6 +18,9 @@ from rest_framework import mixins, permissions, serializers, status, viewsets
 from rest_framework.decorators import action, api_view
 from rest_framework.response import Response
 
+from portal import broker
+from portal.outages import DependencyUnavailable
+
 from .connect import CONNECT_FIELDS, connect, describe, rerun
 from .figures import DEFINITIONS
 from .filters import NodeFilter
@@ -349,7 +352,11 @@ class ClusterViewSet(
         from .tasks import sync_cluster_task
 
         cluster = self.get_object()
-        sync_cluster_task.delay(str(cluster.pk), "api")
+        if not broker.send(sync_cluster_task, (str(cluster.pk), "api"), what=f"sync of {slug}"):
+            raise DependencyUnavailable(
+                "The task queue (Redis) does not answer: the sync was not queued. The "
+                "periodic sync runs once it is back."
+            )
         return Response({"detail": f"Sync of {cluster.slug} queued."}, status.HTTP_202_ACCEPTED)
 
 

@@ -16,9 +16,8 @@ from django.db.models import Count, Q, Sum
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
-from kombu.exceptions import OperationalError
 
-from portal import sorting
+from portal import broker, sorting
 
 from .connect import connect, describe, rerun
 from .filters import NodeFilter
@@ -177,11 +176,9 @@ def cluster_sync(request: HttpRequest, slug: str) -> HttpResponse:
     cluster = get_object_or_404(Cluster, slug=slug)
     from .tasks import sync_cluster_task
 
-    try:
-        sync_cluster_task.delay(str(cluster.pk), "manual")
-    except OperationalError as exc:
-        log.warning("could not enqueue a sync of %s: %s", cluster.slug, exc)
-        messages.error(request, f"Could not queue a sync of {cluster.name}: the broker is down.")
+    if not broker.send(sync_cluster_task, (str(cluster.pk), "manual"), what=f"sync of {slug}"):
+        messages.error(request, f"Could not queue a sync of {cluster.name}: the task queue "
+                                "(Redis) does not answer.")  # fmt: skip
     else:
         messages.success(
             request, f"Sync of {cluster.name} queued. Reload in a few seconds to see the run."

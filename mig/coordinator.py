@@ -31,6 +31,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from inventory.kube import KubeError, KubeGateway
+from portal import broker
 from quotas import audit
 
 from .models import MigRequest, MigStep
@@ -62,10 +63,8 @@ def lease() -> timedelta:
 def dispatch(request_id: Any, countdown: float = 0) -> None:
     from .tasks import advance_run
 
-    try:
-        advance_run.apply_async((str(request_id),), countdown=max(countdown, 0))
-    except Exception:  # the broker being down loses nothing: beat re-sends
-        log.warning("could not enqueue MIG run %s; beat will re-dispatch it", request_id)
+    broker.send(advance_run, (str(request_id),), countdown=max(countdown, 0),
+                what=f"MIG run {request_id}")  # fmt: skip
 
 
 def redispatch_due(now=None) -> int:

@@ -26,7 +26,7 @@ from django.utils.dateparse import parse_datetime
 
 from inventory.kube import KubeError, KubeGateway
 from inventory.models import Cluster, Node
-from portal import outbox
+from portal import broker, outbox
 from quotas import audit
 
 from .models import LabelOperation, LabelSet, NodeLabelState
@@ -275,13 +275,8 @@ def enqueue(cluster: Cluster, node_name: str, reason: str) -> LabelOperation:
 def dispatch(op_id, countdown: float | None = None) -> None:
     from .tasks import apply_label_operation
 
-    try:
-        if countdown:
-            apply_label_operation.apply_async((str(op_id),), countdown=countdown)
-        else:
-            apply_label_operation.delay(str(op_id))
-    except Exception:  # the broker being down loses nothing: beat re-dispatches
-        log.warning("could not enqueue label operation %s; beat will re-dispatch it", op_id)
+    broker.send(apply_label_operation, (str(op_id),), countdown=countdown,
+                what=f"label operation {op_id}")  # fmt: skip
 
 
 def _labels(node: dict) -> dict[str, str]:

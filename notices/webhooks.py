@@ -28,7 +28,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from portal import outbox
+from portal import broker, outbox
 
 from .models import Webhook, WebhookDelivery
 
@@ -150,10 +150,8 @@ def queue_test(hook: Webhook, by) -> WebhookDelivery:
 def dispatch(delivery_id, countdown: float = 0) -> None:
     from .tasks import deliver_webhook
 
-    try:
-        deliver_webhook.apply_async((str(delivery_id),), countdown=countdown or None)
-    except Exception:  # the broker being down loses nothing: beat re-dispatches
-        log.warning("could not enqueue webhook delivery %s; beat will re-send it", delivery_id)
+    broker.send(deliver_webhook, (str(delivery_id),), countdown=countdown,
+                what=f"webhook delivery {delivery_id}")  # fmt: skip
 
 
 # -- sending -------------------------------------------------------------------------------

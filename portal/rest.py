@@ -64,6 +64,8 @@ _COMMON_ERRORS = {
     "403": "signed in, but not allowed to do this",
     "413": "request body larger than the limit (DATA_UPLOAD_MAX_MEMORY_SIZE)",
     "429": "too many requests: wait as Retry-After says",
+    "503": "a service the portal depends on (PostgreSQL, Redis) does not answer; nothing was "
+    "changed: try again as Retry-After says",
 }
 _PATH_ERRORS = {"404": "unknown, or not visible to you (or a page past the last one)"}
 _BODY_ERRORS = {"415": "unsupported Content-Type for the body"}

@@ -82,6 +82,10 @@ DATABASES = {
 }
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# A database that does not answer is a 503 within seconds, not a hung request (#24).
+DATABASES["default"].setdefault("OPTIONS", {}).setdefault(
+    "connect_timeout", env.int("DB_CONNECT_TIMEOUT", default=5)
+)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env.str("REDIS_URL", default="redis://localhost:6379/0")
@@ -90,8 +94,13 @@ CACHES = {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": "portal",
+        # A Redis that is down or stopped answers within these (the rate limits read it on
+        # every member write): 503 with Retry-After, not a request that hangs (#24).
+        "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
     }
 }
+# What a 503 for a dependency that does not answer tells clients to wait (portal/outages.py).
+OUTAGE_RETRY_AFTER_SECONDS = env.int("OUTAGE_RETRY_AFTER_SECONDS", default=10)
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -153,6 +162,11 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A send is one attempt within these timeouts; after a failure a process skips sending
+# for BROKER_DOWN_SECONDS and beat re-sends the committed outbox rows (portal/broker.py).
+CELERY_BROKER_CONNECTION_TIMEOUT = 2
+CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2, "socket_timeout": 5}
+BROKER_DOWN_SECONDS = env.float("BROKER_DOWN_SECONDS", default=10)
 CELERY_TIMEZONE = TIME_ZONE
 INVENTORY_SYNC_INTERVAL = env.int("INVENTORY_SYNC_INTERVAL", default=30)
 # Where the watcher (manage.py watch_inventory) keeps a cluster current, the periodic sync
@@ -457,3 +471,6 @@ OIDC_AUTHENTICATE_CLASS = "portal.sso.views.Authenticate"
 OIDC_CALLBACK_CLASS = "portal.sso.views.Callback"
 if SSO_ENABLED:
     AUTHENTICATION_BACKENDS = [*AUTHENTICATION_BACKENDS, "portal.sso.backend.SsoBackend"]
+
+# Last, so that its process_exception runs first: PostgreSQL or Redis down -> 503.
+MIDDLEWARE.append("portal.outages.DependencyOutageMiddleware")

@@ -61,3 +61,6 @@ urlpatterns = [
     path("", include("notices.urls")),
     path("", include("inventory.urls")),
 ]
+
+# PostgreSQL or Redis down outside a view (a middleware saving the session): 503, not 500.
+handler500 = "portal.outages.server_error"

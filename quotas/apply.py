@@ -30,7 +30,7 @@ from django.utils import timezone
 
 from inventory.kube import KubeError, KubeGateway
 from inventory.models import Cluster
-from portal import outbox
+from portal import broker, outbox
 
 from . import audit, lowering
 from .capacity import advertised_resources
@@ -102,10 +102,7 @@ def enqueue_apply(
 def dispatch(op_id) -> None:
     from .tasks import apply_operation
 
-    try:
-        apply_operation.delay(str(op_id))
-    except Exception:  # the broker being down loses nothing: beat re-dispatches
-        log.warning("could not enqueue operation %s; beat will re-dispatch it", op_id)
+    broker.send(apply_operation, (str(op_id),), what=f"operation {op_id}")
 
 
 def worker_id() -> str:
@@ -295,8 +292,8 @@ def _schedule_confirm(op: Operation, number: int, pause: float, *, countdown: fl
     from .tasks import confirm_quota
 
     transaction.on_commit(
-        lambda: _safe(lambda: confirm_quota.apply_async((str(op.pk), number, pause),
-                                                       countdown=countdown))
+        lambda: broker.send(confirm_quota, (str(op.pk), number, pause), countdown=countdown,
+                            what=f"confirmation of operation {op.pk}")
     )  # fmt: skip
 
 
@@ -392,8 +389,9 @@ def _failed(
 
         delay = max((op.next_attempt_at - now).total_seconds(), 0)
         transaction.on_commit(
-            lambda: _safe(lambda: apply_operation.apply_async((str(op.pk),), countdown=delay))
-        )
+            lambda: broker.send(apply_operation, (str(op.pk),), countdown=delay,
+                                what=f"retry of operation {op.pk}")
+        )  # fmt: skip
     return op.status
 
 
@@ -430,13 +428,6 @@ def _give_up_requests(op: Operation, error: str, now) -> None:
         # An attempt may have written part of it (a confirm that timed out, one Kueue
         # object of several): the cluster is brought back to what the database says.
         enqueue_apply(op.namespace, reason="apply_failed")
-
-
-def _safe(fn) -> None:
-    try:
-        fn()
-    except Exception:  # beat re-dispatches
-        log.warning("could not schedule a retry; beat will re-dispatch")
 
 
 def redispatch_due(now=None) -> int:

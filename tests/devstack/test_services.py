@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from pathlib import Path
 
 import environ
@@ -121,3 +122,47 @@ def test_embedded_postgres_starts_creates_the_database_and_stops(tmp_path: Path)
     finally:
         postgres.stop(quiet)
     assert not postgres.alive()
+
+
+def test_the_demo_supervisor_restarts_a_dead_redis_and_postgres(tmp_path: Path) -> None:
+    """#24: a Redis or PostgreSQL that dies in the demo is started again (on the same data
+    and socket, so every process's URL stays right), not the end of the whole demo."""
+    import io
+
+    import psycopg2
+
+    from devstack.services import Services
+    from devstack.supervisor import Supervisor
+
+    postgres = EmbeddedPostgres(tmp_path / "postgres")
+    postgres.start(quiet)
+    redis = EmbeddedRedis(tmp_path / "redis", persistent=False)
+    out = io.StringIO()
+    services = Services(postgres.url("postgres"), "", postgres, None, [])
+    try:
+        redis.start(quiet)
+        services.redis = redis
+        sup = Supervisor(out, colour=False)
+        restarts = services.restarts(sup.log)
+        for name, alive in services.health().items():
+            sup.watch(name, alive, restart=restarts[name])
+        first = (redis.proc.pid, postgres.process.pid)
+        os.kill(redis.proc.pid, 9)
+        os.kill(postgres.process.pid, 9)
+        deadline = time.monotonic() + 60
+        while not (redis.alive() and postgres.alive() and redis_ping(redis.socket_path)):
+            assert time.monotonic() < deadline, out.getvalue()
+            sup._tick()
+            time.sleep(0.1)
+        assert not sup.stopping, out.getvalue()
+        assert (redis.proc.pid, postgres.process.pid) != first
+        assert "redis is no longer running; restarting it" in out.getvalue()
+        assert "postgres restarted" in out.getvalue()
+        config = environ.Env.db_url_config(postgres.url("postgres"))
+        conn = psycopg2.connect(host=config["HOST"], dbname=config["NAME"], user=config["USER"])
+        with conn, conn.cursor() as cur:
+            cur.execute("SELECT 1")
+            assert cur.fetchone() == (1,)
+        conn.close()
+    finally:
+        services.stop(quiet)
