@@ -241,6 +241,10 @@ QUOTA_REMINDER_DAYS = env.int("QUOTA_REMINDER_DAYS", default=3)
 # lease, renewed by a heartbeat every third of it (quotas/leases.py), so a dead worker's
 # operation is reclaimed within about this long; and members' pending requests per team.
 QUOTA_OPERATION_LEASE_SECONDS = env.int("QUOTA_OPERATION_LEASE_SECONDS", default=5)
+# Every Kubernetes call of one attempt of a quota operation ends within this (retries
+# included): a cluster that does not answer fails the attempt in time, and the operation
+# says "cluster unreachable since ..." (quotas/apply.py attempt_gateway).
+QUOTA_ATTEMPT_SECONDS = env.float("QUOTA_ATTEMPT_SECONDS", default=30.0)
 QUOTA_MAX_PENDING_PER_TEAM = env.int("QUOTA_MAX_PENDING_PER_TEAM", default=20)
 # Kueue enforcement (docs/quotas.md, "Kueue"): the portal's objects are named with this
 # prefix (ResourceFlavor gpu-portal-<class>, ClusterQueue gpu-portal-<team>); the LocalQueue

@@ -110,6 +110,13 @@ def worker_id() -> str:
     return f"{socket.gethostname()}/{os.getpid()}"
 
 
+def attempt_gateway(cluster: Cluster) -> KubeGateway:
+    """The gateway of one attempt: every call of it ends within QUOTA_ATTEMPT_SECONDS, so
+    a cluster that does not answer fails the attempt in time (#24 finding 5: an attempt
+    showed "running" for 67 s, three calls of KUBE_REQUEST_TIMEOUT with retries)."""
+    return KubeGateway(cluster, deadline=settings.QUOTA_ATTEMPT_SECONDS)
+
+
 def backoff(attempt: int) -> timedelta:
     """5 s, 10 s, 20 s, … capped at 10 minutes."""
     return timedelta(seconds=min(5 * 2 ** max(attempt - 1, 0), 600))
@@ -148,7 +155,7 @@ def run_operation(op_id, *, gateway: KubeGateway | None = None) -> str:
         return lowering.hold(op, attempt, low)
     try:
         with Heartbeat(op.pk, attempt.number):
-            gw = gateway or KubeGateway(ns.cluster)
+            gw = gateway or attempt_gateway(ns.cluster)
             try:
                 if ns.cluster.is_dra:  # the classes the quota's keys name, first
                     from . import dra
@@ -176,7 +183,7 @@ def run_operation(op_id, *, gateway: KubeGateway | None = None) -> str:
                 if gateway is None:
                     gw.close()
     except KubeError as err:
-        return _failed(op, attempt, str(err), permanent=err.permanent)
+        return _failed_call(op, attempt, err)
     if _differences(_status_hard(result), hard):
         # the status we know stays until confirmed
         return _hand_over(op, attempt, hard, CONFIRM_FALLBACK_S if watched else CONFIRM_FIRST_PAUSE)
@@ -190,9 +197,9 @@ def _run_kueue(op: Operation, attempt: OperationAttempt, ns: TeamNamespace, gate
 
     try:
         with Heartbeat(op.pk, attempt.number):
-            nominal, note = apply_team(ns, gateway or KubeGateway(ns.cluster))
+            nominal, note = apply_team(ns, gateway or attempt_gateway(ns.cluster))
     except KubeError as err:
-        return _failed(op, attempt, str(err), permanent=err.permanent)
+        return _failed_call(op, attempt, err)
     return _succeeded(op, attempt, nominal, note=note)
 
 
@@ -213,10 +220,10 @@ def confirm_operation(op_id, attempt_number: int, pause: float = CONFIRM_FIRST_P
     attempt = OperationAttempt.objects.get(operation=op, number=attempt_number)
     ns, hard = op.namespace, op.applied_hard
     try:
-        with Heartbeat(op.pk, attempt_number), KubeGateway(ns.cluster) as gw:
+        with Heartbeat(op.pk, attempt_number), attempt_gateway(ns.cluster) as gw:
             quota = gw.get_resource_quota(ns.name, settings.QUOTA_NAME)
     except KubeError as err:
-        return _failed(op, attempt, str(err), permanent=err.permanent)
+        return _failed_call(op, attempt, err)
     if quota is None:
         return _failed(op, attempt, "the ResourceQuota vanished before its controller "
                        "confirmed it", permanent=False)  # fmt: skip
@@ -306,7 +313,7 @@ def _succeeded(
         pk=op.pk, status=Operation.Status.RUNNING, attempts=attempt.number
     ).update(
         status=Operation.Status.SUCCEEDED, finished_at=now, lease_until=None,
-        applied_hard=hard, last_error="",
+        applied_hard=hard, last_error="", unreachable_since=None,
     )  # fmt: skip
     if not finished:  # a duplicate confirm, or beat reclaimed the operation meanwhile
         return "skipped"
@@ -348,6 +355,10 @@ def _mark_enforced(op: Operation, now) -> None:
 
 
 @transaction.atomic
+def _failed_call(op: Operation, attempt: OperationAttempt, err: KubeError) -> str:
+    return _failed(op, attempt, str(err), permanent=err.permanent, unreachable=err.unreachable)
+
+
 def _failed(
     op: Operation,
     attempt: OperationAttempt | None,
@@ -355,8 +366,12 @@ def _failed(
     *,
     permanent: bool,
     retry_in: timedelta | None = None,
+    unreachable: bool = False,
 ) -> str:
-    """Record a failed attempt; retry with backoff (or after ``retry_in``), or give up."""
+    """Record a failed attempt; retry with backoff (or after ``retry_in``), or give up.
+
+    ``unreachable``: the cluster gave no answer at all; the operation then says since when
+    (the start of the first attempt of this run of unanswered ones), not just the error."""
     now = timezone.now()
     op = Operation.objects.select_for_update().select_related("namespace__team").get(pk=op.pk)
     if attempt is None:  # the worker died between its claim and the attempt row
@@ -370,6 +385,12 @@ def _failed(
     if op.status != Operation.Status.RUNNING or op.attempts != attempt.number:
         return "skipped"  # a later attempt (beat reclaimed the lease) owns the operation
     give_up = permanent or op.attempts >= op.max_attempts
+    if unreachable:
+        op.unreachable_since = op.unreachable_since or attempt.started_at
+        since = timezone.localtime(op.unreachable_since).strftime("%Y-%m-%d %H:%M:%S %Z")
+        error = f"cluster {op.namespace.cluster.slug} unreachable since {since}: {error}"
+    else:
+        op.unreachable_since = None
     op.last_error = error[:2000]
     op.lease_until = None
     if give_up:
@@ -377,7 +398,8 @@ def _failed(
     else:
         op.status = Operation.Status.PENDING
         op.next_attempt_at = now + (backoff(op.attempts) if retry_in is None else retry_in)
-    op.save(update_fields=["status", "finished_at", "next_attempt_at", "last_error", "lease_until"])
+    op.save(update_fields=["status", "finished_at", "next_attempt_at", "last_error", "lease_until",
+                           "unreachable_since"])  # fmt: skip
     log.warning("operation %s attempt %d failed%s: %s", op.pk, op.attempts,
                 " (giving up)" if give_up else "", error)  # fmt: skip
     if give_up:

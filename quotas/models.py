@@ -406,6 +406,8 @@ class Operation(models.Model):
     attempts = models.PositiveIntegerField(default=0)
     max_attempts = models.PositiveIntegerField(default=8)
     last_error = models.TextField(blank=True)
+    # Set while the cluster gives no answer at all: when the first unanswered attempt began.
+    unreachable_since = models.DateTimeField(null=True, blank=True)
     next_attempt_at = models.DateTimeField(default=timezone.now)
     lease_until = models.DateTimeField(null=True, blank=True)
     applied_hard = models.JSONField(default=dict, blank=True)

@@ -294,8 +294,9 @@ class OperationSerializer(serializers.ModelSerializer):
         model = Operation
         fields = [
             "id", "team", "namespace", "reason", "status", "attempts", "max_attempts",
-            "last_error", "next_attempt_at", "applied_hard", "lowering", "confirmed_hard",
-            "created_at", "started_at", "finished_at", "attempt_log", "requests",
+            "last_error", "unreachable_since", "next_attempt_at", "applied_hard", "lowering",
+            "confirmed_hard", "created_at", "started_at", "finished_at", "attempt_log",
+            "requests",
         ]  # fmt: skip
         read_only_fields = fields
 

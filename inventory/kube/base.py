@@ -54,12 +54,15 @@ class KubeError(Exception):
         reason: str = "",
         permanent: bool = False,
         kind: str = "",
+        unreachable: bool = False,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.reason = reason
         self.permanent = permanent
         self.kind = kind  # the Status' details.kind: what was not found, say
+        # No answer at all (refused, reset, timed out): the cluster, not the request, failed.
+        self.unreachable = unreachable
 
     @property
     def expired(self) -> bool:
@@ -206,13 +209,19 @@ class GatewayCore:
         retries: int = 2,
         backoff: float = 0.5,
         timeout: float | None = None,
+        deadline: float | None = None,
     ) -> None:
+        """``deadline``: seconds from now after which no call starts or waits any more
+        (each call's timeout and the retries' sleeps are cut to what is left): an attempt
+        of an operation ends within its time even when the cluster does not answer."""
         self.cluster = cluster
         self.api_client = shared_api_client(cluster)
         self.core = client.CoreV1Api(self.api_client)
         self.retries = retries
         self.backoff = backoff
         self.timeout = timeout if timeout is not None else settings.KUBE_REQUEST_TIMEOUT
+        self.deadline_s = deadline
+        self.deadline = None if deadline is None else time.monotonic() + deadline
 
     def close(self) -> None:
         """Nothing to release: the ApiClient is shared by this process's gateways."""
@@ -225,20 +234,38 @@ class GatewayCore:
 
     # -- plumbing -----------------------------------------------------------------------
 
+    def _left(self) -> float | None:
+        """Seconds left before the deadline (None without one); past it, a KubeError."""
+        if self.deadline is None:
+            return None
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise KubeError(f"The API server did not answer within {self.deadline_s:g} s",
+                            unreachable=True)  # fmt: skip
+        return left
+
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        kwargs.setdefault("_request_timeout", self.timeout)
+        wanted = kwargs.get("_request_timeout", self.timeout)
         attempt = 0
         while True:
+            left = self._left()
+            if left is not None and isinstance(wanted, int | float):
+                kwargs["_request_timeout"] = min(wanted, left)
+            else:
+                kwargs["_request_timeout"] = wanted
             try:
                 return fn(*args, **kwargs)
             except ApiException as err:
                 error = KubeError.from_api_exception(err)
             except (urllib3.exceptions.HTTPError, OSError) as err:
-                error = KubeError(f"Cannot reach the API server: {err}", permanent=False)
+                error = KubeError(f"Cannot reach the API server: {err}", unreachable=True)
             if error.permanent or error.expired or attempt >= self.retries:
                 raise error
             attempt += 1
             delay = self.backoff * 2 ** (attempt - 1)
+            left = self._left() if self.deadline is not None else None
+            if left is not None and delay >= left:
+                raise error
             log.warning("%s: %s; retry %d in %.1fs", self.cluster.slug, error, attempt, delay)
             time.sleep(delay)
 
