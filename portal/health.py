@@ -70,6 +70,9 @@ def _telemetry_sources() -> dict[str, str | None]:
 def readyz(request):
     """503 when the database or the broker is unreachable.
 
+    Details (each check's error, the clusters) only for the metrics token or a signed-in
+    admin (:func:`_may_scrape`); anyone else gets the status and ok/fail per check.
+
     Stale clusters make the answer ``degraded`` but still 200: the portal keeps serving
     the last good inventory, and pulling it out of a load balancer would not help; so does
     a cluster whose telemetry Prometheus does not answer (``telemetry_prometheus``). So does
@@ -99,11 +102,14 @@ def readyz(request):
         or c.get("telemetry_prometheus", "ok") != "ok"
         for c in clusters.values()
     )  # fmt: skip
-    body = {
-        "status": "fail" if failing else ("degraded" if stale else "ok"),
-        "checks": {name: (err or "ok") for name, err in checks.items()},
-        "clusters": clusters,
-    }
+    body = {"status": "fail" if failing else ("degraded" if stale else "ok")}
+    if _may_scrape(request):
+        body["checks"] = {name: (err or "ok") for name, err in checks.items()}
+        body["clusters"] = clusters
+    else:
+        # Anyone (a load balancer, the kubelet) learns whether; only the metrics token or a
+        # signed-in admin learns why: exception texts, cluster names and errors (#24).
+        body["checks"] = {name: ("fail" if err else "ok") for name, err in checks.items()}
     return JsonResponse(body, status=503 if failing else 200)
 
 

@@ -99,6 +99,9 @@ CACHES = {
         "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
     }
 }
+# /api/schema/ and /api/docs/ for anonymous callers too (default: signed-in users and API
+# tokens only; portal/apidocs.py).
+API_DOCS_PUBLIC = env.bool("API_DOCS_PUBLIC", default=False)
 # What a 503 for a dependency that does not answer tells clients to wait (portal/outages.py).
 OUTAGE_RETRY_AFTER_SECONDS = env.int("OUTAGE_RETRY_AFTER_SECONDS", default=10)
 

@@ -137,20 +137,23 @@ def test_a_lost_permission_is_named_with_the_rule_to_add(cluster, fleet_sim, cli
     assert "missing: patch nodes (Node labels and cordon)" in text
     assert 'verbs: ["patch"]' in text
 
-    # /readyz degrades (200) and names it
+    # /readyz degrades (200) and names it, to an admin
+    client.force_login(admin_user)
     body = client.get("/readyz").json()
     assert body["status"] == "degraded"
     assert body["clusters"]["sim"]["missing_permissions"] == ["patch nodes"]
 
     # the cluster page shows it
-    client.force_login(admin_user)
     page = client.get(reverse("inventory:cluster", args=["sim"])).content.decode()
     assert "Missing permissions" in page
     assert "patch nodes" in page
     assert "verbs: [&quot;patch&quot;]" in page
 
 
-def test_the_periodic_recheck_finds_a_lost_and_a_restored_permission(cluster, fleet_sim, client):
+def test_the_periodic_recheck_finds_a_lost_and_a_restored_permission(
+    cluster, fleet_sim, client, admin_user
+):
+    client.force_login(admin_user)  # /readyz names the permissions to an admin
     assert recheck_permissions() == 0
     assert client.get("/readyz").json()["status"] == "ok"
     drop_verb(fleet_sim, "pods", "list")  # the ClusterRole grants it everywhere: both go

@@ -16,7 +16,8 @@ def test_healthz(client):
     assert r.status_code == 200 and r.json() == {"status": "ok"}
 
 
-def test_readyz_ok_then_degraded_when_a_cluster_is_stale(client):
+def test_readyz_ok_then_degraded_when_a_cluster_is_stale(client, admin_user):
+    client.force_login(admin_user)
     make_cluster("fresh", sync_status=Cluster.SyncStatus.OK, last_success_at=timezone.now())
     r = client.get("/readyz")
     assert r.status_code == 200
@@ -77,7 +78,8 @@ def test_a_watched_clusters_data_age_is_the_watchs(client, settings):
     }
     assert ages["portal_cluster_data_age_seconds"] < 60 < ages["portal_cluster_sync_age_seconds"]
     assert 'portal_cluster_stale{cluster="prod"} 0.0' in text
-    body = client.get("/readyz").json()["clusters"]["prod"]
+    body = client.get("/readyz", HTTP_AUTHORIZATION="Bearer scrape-token-for-tests")
+    body = body.json()["clusters"]["prod"]
     assert body["watched"] is True and body["data_age_s"] < 60 <= body["last_success_age_s"]
 
 
@@ -174,3 +176,40 @@ def test_metrics_expose_mig_requests_by_status_and_the_nodes_whose_last_run_fail
     assert 'portal_mig_requests{cluster="prod",kind="revert",status="failed"} 0.0' in text
     assert 'portal_mig_last_run_failed{cluster="prod",node="a100-00"} 1.0' in text
     assert 'portal_mig_last_run_failed{cluster="prod",node="a100-01"} 0.0' in text
+
+
+def test_readyz_tells_anyone_whether_and_only_an_admin_or_the_token_why(
+    client, settings, admin_user, researcher
+):
+    """#24 finding 6: exception texts, cluster names and errors were shown to anyone."""
+    make_cluster("old", sync_status=Cluster.SyncStatus.FAILED, last_error="HTTP 500 secret",
+                 last_success_at=timezone.now() - timedelta(hours=1))  # fmt: skip
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"
+    settings.METRICS_TOKEN = "scrape-token-for-tests"
+    anonymous = client.get("/readyz")
+    assert anonymous.status_code == 503
+    assert anonymous.json() == {"status": "fail", "checks": {"database": "ok", "broker": "fail"}}
+    client.force_login(researcher)
+    assert client.get("/readyz").json() == anonymous.json()  # a member is no admin
+    client.logout()
+    for headers in ({"HTTP_AUTHORIZATION": "Bearer scrape-token-for-tests"}, {}):
+        if not headers:
+            client.force_login(admin_user)
+        body = client.get("/readyz", **headers).json()
+        assert "Error" in body["checks"]["broker"]  # the exception's text
+        assert body["clusters"]["old"]["last_error"] == "HTTP 500 secret"
+
+
+def test_the_api_schema_and_docs_need_a_user_unless_opened(client, settings, researcher):
+    from tests.conftest import api_for
+
+    assert client.get("/api/schema/").status_code == 401
+    docs = client.get("/api/docs/")
+    assert docs.status_code == 302 and docs["Location"].startswith("/login/?next=/api/docs/")
+    assert api_for(researcher).get("/api/schema/", {"format": "json"}).status_code == 200
+    client.force_login(researcher)
+    assert client.get("/api/docs/").status_code == 200
+    client.logout()
+    settings.API_DOCS_PUBLIC = True
+    assert client.get("/api/schema/", {"format": "json"}).status_code == 200
+    assert client.get("/api/docs/").status_code == 200

@@ -194,9 +194,10 @@ def test_admins_set_a_source_in_the_admin_and_it_is_audited(client, admin_user):
     assert bad.status_code == 200 and "A Prometheus label name" in bad.content.decode()
 
 
-def test_readyz_is_degraded_while_a_telemetry_prometheus_is_down(prometheus, client):
+def test_readyz_is_degraded_while_a_telemetry_prometheus_is_down(prometheus, client, admin_user):
     from tests.prom import free_port
 
+    client.force_login(admin_user)  # the details are an admin's (or the metrics token's)
     up = _client(prometheus).source
     down = PrometheusSource.objects.create(
         cluster=make_cluster("lab"), url=f"http://127.0.0.1:{free_port()}", timeout_seconds=1
