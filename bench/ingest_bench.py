@@ -85,7 +85,7 @@ def make_fleet(agents: int) -> list[tuple[str, str]]:
     """5,000 nodes with 8 GPUs and one node token each; returns (node name, raw token)."""
     import secrets
 
-    from inventory.models import Cluster, Node
+    from inventory.models import Cluster, GpuPod, Node
     from telemetry.models import NodeToken
     from telemetry.tokens import TOKEN_PREFIX, hash_token
 
@@ -95,6 +95,13 @@ def make_fleet(agents: int) -> list[tuple[str, str]]:
         Node(cluster=cluster, name=f"gpu-{i:05d}", gpu_product="NVIDIA-H100-80GB-HBM3",
              gpu_count=8, fingerprint="bench")
         for i in range(agents)
+    )  # fmt: skip
+    # Each node runs the pod its reports' processes name (the portal refuses processes of
+    # pods the inventory does not place on the node: telemetry/consistency.py).
+    GpuPod.objects.bulk_create(
+        GpuPod(cluster=cluster, namespace="team-a", name=f"train-{n.name}", node=n,
+               node_name=n.name, phase="Running", requests={"nvidia.com/gpu": 8})
+        for n in nodes
     )  # fmt: skip
     raws = [TOKEN_PREFIX + secrets.token_urlsafe(30) for _ in nodes]
     NodeToken.objects.bulk_create(
@@ -128,7 +135,7 @@ class Agent:
                 "power_w": 70.0 + util * 6.1, "power_limit_w": 700.0, "mig_mode": None,
                 "mig_devices": [],
                 "processes": [{"pid": 1000 + i, "used_memory_mib": util * 700,
-                               "pod": "team-a/train-0"}] if util > 5 else [],
+                               "pod": f"team-a/train-{self.name}"}] if util > 5 else [],
                 "unsupported": [],
             })  # fmt: skip
         ts = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -32,6 +32,7 @@ from inventory.filters import StrictBooleanFilter
 from inventory.models import Cluster, Node
 
 from . import tokens
+from .consistency import inventory_errors
 from .ingest import MAX_BODY_BYTES, ReportInvalid, parse_body, store_report, validate_report
 from .models import GpuState, NodeToken
 from .visibility import PodNames
@@ -82,6 +83,8 @@ def receive_report(request):
         report = validate_report(data, now)
     except ReportInvalid as err:
         return _invalid(err.errors)
+    if errors := inventory_errors(agent.node_id, agent.node_name, report, now):
+        return _invalid(errors)
     result = store_report(agent.node_id, report, now)
     if result.accepted:
         return JsonResponse({"accepted": True}, status=202)

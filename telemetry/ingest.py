@@ -37,6 +37,8 @@ from django.utils import timezone
 
 from portal.validation import text_problem
 
+from .consistency import within_report
+
 MAX_BODY_BYTES = 256 * 1024
 MAX_GPUS = 64
 MAX_MIG_DEVICES = 64
@@ -336,6 +338,7 @@ def validate_report(data: Any, now: datetime | None = None) -> dict:
                     if g["index"] in seen:
                         errors.add(f"gpus[{i}].index", "Duplicate GPU index in this report.")
                     seen.add(g["index"])
+            within_report(errors, out["gpus"])
     if errors:
         raise ReportInvalid(dict(errors))
     out["gpus"].sort(key=lambda g: g["index"])  # one lock order for concurrent reports

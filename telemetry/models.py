@@ -145,6 +145,10 @@ class GpuState(models.Model):
 
     class Meta:
         ordering = ["node", "index"]
+        indexes = [
+            # A report's GPU UUIDs are looked up among other nodes' (telemetry/consistency.py).
+            models.Index(fields=["uuid"], name="gpustate_uuid"),
+        ]
         constraints = [
             models.UniqueConstraint(fields=["node", "index"], name="gpustate_unique_slot"),
             models.CheckConstraint(

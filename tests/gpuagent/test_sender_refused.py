@@ -17,7 +17,7 @@ from gpuagent.report import iso_timestamp
 from gpuagent.sender import Sender, reports_url
 from telemetry import tokens
 from telemetry.models import GpuState
-from tests.factories import make_cluster, make_node
+from tests.factories import make_cluster, make_node, make_pod
 
 
 def _report(n: int, **gpu) -> dict:
@@ -32,6 +32,7 @@ def _report(n: int, **gpu) -> dict:
 @pytest.fixture
 def sender(live_server, transactional_db):
     node = make_node(make_cluster("agents"), "a100-00")
+    make_pod(node, "train-0", namespace="ml")  # the reports' process runs in it
     _, raw = tokens.issue(node)
     return Sender(reports_url(live_server.url), lambda: raw, timeout_s=10, rand=lambda: 1.0)
 

@@ -15,7 +15,7 @@ from django.test import Client
 from quotas.models import AuditEvent
 from telemetry import tokens
 from tests.conftest import api_for
-from tests.factories import make_cluster, make_node
+from tests.factories import make_cluster, make_node, make_pod
 from tests.quotas.builders import make_namespace, make_team
 
 pytestmark = pytest.mark.django_db
@@ -111,6 +111,7 @@ def test_audit_page_csv_with_a_bad_filter_is_a_400_not_an_empty_file(world, admi
 @pytest.fixture
 def agent():
     node = make_node(make_cluster("agents"), "a100-00")
+    make_pod(node, "b", namespace="a")  # the reports' process runs in it
     _, raw = tokens.issue(node)
     return Client(HTTP_AUTHORIZATION=f"Bearer {raw}")
 

@@ -8,6 +8,7 @@ a signed-in researcher and an anonymous client.
 from __future__ import annotations
 
 import json
+import zlib
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -20,7 +21,7 @@ from django.utils import timezone
 from telemetry import tokens
 from telemetry.ingest import MAX_BODY_BYTES, bucket_of
 from telemetry.models import AgentReport, GpuHistory5m, GpuState, NodeTelemetry
-from tests.factories import make_cluster, make_node
+from tests.factories import make_cluster, make_node, make_pod
 
 pytestmark = pytest.mark.django_db
 
@@ -51,6 +52,19 @@ def gpu(index: int, **over) -> dict:
     return g
 
 
+def _own(g: dict, node: str) -> dict:
+    """Another node's GPUs have UUIDs and a pod of their own (a node reports only its own
+    GPUs, and processes of pods placed on it: telemetry/consistency.py)."""
+    if node != "a100-00":
+        g["uuid"] = g["uuid"][:-12] + f"{zlib.crc32(node.encode()) % 10**6:06d}{g['index']:06d}"
+        for proc in g["processes"]:
+            proc["pod"] = OTHER_POD
+    return g
+
+
+OTHER_POD = "ml/train-1"  # the pod of other_node's reports
+
+
 def report(node: str = "a100-00", ts: datetime | None = None, gpus: int = 8, **over) -> dict:
     body = {
         "node": node,
@@ -59,7 +73,7 @@ def report(node: str = "a100-00", ts: datetime | None = None, gpus: int = 8, **o
         "interval_s": 15,
         "driver_version": "550.107.02",
         "cuda_driver_version": 12040,
-        "gpus": [gpu(i) for i in range(gpus)],
+        "gpus": [_own(gpu(i), node) for i in range(gpus)],
         "topology": [["X" if i == j else "NV12" for j in range(gpus)] for i in range(gpus)],
     }
     body.update(over)
@@ -79,12 +93,16 @@ def cluster():
 
 @pytest.fixture
 def node(cluster):
-    return make_node(cluster, "a100-00")
+    node = make_node(cluster, "a100-00")
+    make_pod(node, "train-0", namespace="ml")  # the reports' processes run in it
+    return node
 
 
 @pytest.fixture
 def other_node(cluster):
-    return make_node(cluster, "a100-01")
+    node = make_node(cluster, "a100-01")
+    make_pod(node, "train-1", namespace="ml")
+    return node
 
 
 def agent_client(node) -> Client:
@@ -223,9 +241,10 @@ def test_mig_mode_and_devices_are_stored(agent, node):
     assert state.mig_devices[0]["profile"] == "3g.40gb"
 
 
-def test_minimal_report_and_empty_gpu_list(agent, node):
-    body = {"node": "a100-00", "timestamp": NOW.isoformat(), "gpus": []}
-    assert post(agent, body).status_code == 202
+def test_minimal_report_and_empty_gpu_list(cluster):
+    node = make_node(cluster, "cpu-00", product="", gpus=0)  # an empty list: a node without GPUs
+    body = {"node": "cpu-00", "timestamp": NOW.isoformat(), "gpus": []}
+    assert post(agent_client(node), body).status_code == 202
     assert NodeTelemetry.objects.get(node=node).gpu_count == 0
 
 
@@ -234,11 +253,12 @@ def test_statements_per_report_are_bounded(agent, node):
     with CaptureQueriesContext(connection) as ctx:
         r = post(agent, report(gpus=64, topology=None))
     assert r.status_code == 202
-    # Token lookup + the one write statement, whatever the number of GPUs.
-    assert len(ctx.captured_queries) == 2, [q["sql"][:80] for q in ctx.captured_queries]
+    # Token lookup, the check against the inventory (telemetry/consistency.py) and the one
+    # write statement, whatever the number of GPUs.
+    assert len(ctx.captured_queries) == 3, [q["sql"][:80] for q in ctx.captured_queries]
     with CaptureQueriesContext(connection) as ctx:
         assert post(agent, report(gpus=64, topology=None)).status_code == 200
-    assert len(ctx.captured_queries) == 2
+    assert len(ctx.captured_queries) == 3
 
 
 def test_stale_after_three_intervals(agent, node, _frozen):
