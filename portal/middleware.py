@@ -29,6 +29,7 @@ from django.http.request import split_domain_port
 from django.urls import resolve
 
 from .parsers import too_large_detail
+from .validation import DIGITS_MESSAGE, digits_problem
 
 
 class HostRoutingMiddleware:
@@ -88,7 +89,14 @@ class InputGuardMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
-        problem = url_problem(request)
+        try:
+            problem = url_problem(request) or form_problem(request)
+        except RequestDataTooBig:
+            return self._refuse(
+                request, 413, too_large_detail(settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+            )
+        except (TooManyFieldsSent, TooManyFilesSent) as err:
+            return self._refuse(request, 400, str(err) or "Too many form fields.")
         if problem:
             return self._refuse(request, 400, problem)
         if request.path_info.startswith(self.API_PREFIX):
@@ -127,6 +135,25 @@ def json_errors(response):
         if header in response:
             replaced[header] = response[header]
     return replaced
+
+
+def form_problem(request) -> str | None:
+    """A query or form value that int() would read as a number but that is not written
+    with ASCII digits (``?page=٣``, ``amount=1_000``): Django's and DRF's number fields
+    would take it (#24 finding 8). JSON bodies are checked where they are parsed."""
+    values = [("query", k, v) for k, vs in request.GET.lists() for v in vs]
+    content_type = request.META.get("CONTENT_TYPE", "")
+    # Not a multipart body on the API: reading it here would leave DRF an exhausted
+    # stream (it would then see an empty body instead of refusing the media type).
+    forms = ("application/x-www-form-urlencoded",)
+    if not request.path_info.startswith(InputGuardMiddleware.API_PREFIX):
+        forms += ("multipart/form-data",)
+    if request.method == "POST" and content_type.startswith(forms):
+        values += [("form", k, v) for k, vs in request.POST.lists() for v in vs]
+    for where, key, value in values:
+        if isinstance(value, str) and digits_problem(value):
+            return f"{where} parameter {key}: {DIGITS_MESSAGE}"
+    return None
 
 
 def url_problem(request) -> str | None:

@@ -239,6 +239,8 @@ CELERY_BEAT_SCHEDULE = {
 # Quotas.
 QUOTA_NAME = env.str("QUOTA_NAME", default="gpu-portal-quota")
 QUOTA_MAX_DURATION_DAYS = env.int("QUOTA_MAX_DURATION_DAYS", default=90)
+# How far ahead a request may start (#24: a request starting in 2099 was accepted).
+QUOTA_MAX_START_DAYS = env.int("QUOTA_MAX_START_DAYS", default=365)
 QUOTA_REMINDER_DAYS = env.int("QUOTA_REMINDER_DAYS", default=3)
 # State that tells the truth after a fault (issue #11 section 4): a claimed operation's
 # lease, renewed by a heartbeat every third of it (quotas/leases.py), so a dead worker's

@@ -50,8 +50,23 @@ def text_problem(value: str) -> str | None:
     return "Lone UTF-16 surrogates (\\ud800-\\udfff) are not allowed."
 
 
+# What int(), float() and Decimal() read as a number although it is not one a client means
+# to send: other scripts' digits ("٣" is 3, so is the full-width three) and underscores
+# ("1_000"). Python's
+# \d is Unicode; DRF's and Django's number fields call int() (#24 finding 8).
+_NUMBER_LIKE = re.compile(r"\s*[+-]?(?=[\d_.]*\d)[\d_]*(?:\.[\d_]*)?(?:[eE][+-]?[\d_]+)?\s*")
+DIGITS_MESSAGE = "Write numbers with the ASCII digits 0-9 (no other digits, no underscores)."
+
+
+def digits_problem(value: str) -> str | None:
+    """A message when ``value`` would be read as a number but is not plain ASCII digits."""
+    if value.isascii() and "_" not in value:
+        return None
+    return DIGITS_MESSAGE if _NUMBER_LIKE.fullmatch(value) else None
+
+
 def check_text(value: str) -> str:
-    problem = text_problem(value)
+    problem = text_problem(value) or digits_problem(value)
     if problem:
         raise InputRefused(problem)
     return value
@@ -81,6 +96,18 @@ def _no_constant(name: str):
     raise ValueError(f"{name} is not valid JSON")
 
 
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are unique: ``{"amount": 1, "amount": 9}`` is refused (the
+    standard library keeps the last silently; a proxy or a client library may keep the
+    first, so the two would disagree on what was asked)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise InputRefused(f"Duplicate key {key!r} in a JSON object.")
+        out[key] = value
+    return out
+
+
 def loads_json(text: str | bytes, depth_limit: int | None = None) -> Any:
     """``json.loads`` for untrusted input: no NaN/Infinity, bounded depth, storable text.
 
@@ -88,9 +115,11 @@ def loads_json(text: str | bytes, depth_limit: int | None = None) -> Any:
     """
     limit = max_depth() if depth_limit is None else depth_limit
     try:
-        data = json.loads(text, parse_constant=_no_constant)
+        data = json.loads(text, parse_constant=_no_constant, object_pairs_hook=unique_keys)
     except RecursionError as err:
         raise InputRefused(f"JSON nested too deeply (at most {limit} levels).") from err
+    except InputRefused:
+        raise
     except (ValueError, UnicodeDecodeError) as err:
         raise InputRefused(f"Not valid JSON: {err}") from err
     return check_tree(data, limit)

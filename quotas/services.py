@@ -116,6 +116,11 @@ def validate(user, data: RequestData, now: datetime | None = None) -> RequestDat
         data.starts_at = data.starts_at or now
         if data.starts_at < now - START_GRACE:
             errors["starts_at"] = "The start is in the past."
+        elif data.starts_at > now + timedelta(days=settings.QUOTA_MAX_START_DAYS):
+            errors["starts_at"] = (
+                f"At most {settings.QUOTA_MAX_START_DAYS} days ahead: file the request "
+                "closer to the time."
+            )
         if data.ends_at is not None:
             if data.ends_at <= data.starts_at:
                 errors["ends_at"] = "The end must be after the start."

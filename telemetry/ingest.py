@@ -35,7 +35,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from portal.validation import text_problem
+from portal.validation import InputRefused, text_problem, unique_keys
 
 from .consistency import within_report
 
@@ -100,9 +100,11 @@ def parse_body(body: bytes) -> Any:
     walking the whole tree here would cost more than the rest of the validation.
     """
     try:
-        return json.loads(body, parse_constant=_no_constant)
+        return json.loads(body, parse_constant=_no_constant, object_pairs_hook=unique_keys)
     except RecursionError as err:
         raise ReportInvalid({"body": "JSON nested too deeply."}) from err
+    except InputRefused as err:  # a duplicate key
+        raise ReportInvalid({"body": str(err)}) from err
     except (ValueError, UnicodeDecodeError) as err:
         raise ReportInvalid({"body": f"Not valid JSON: {err}"}) from err
 

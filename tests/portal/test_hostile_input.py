@@ -284,3 +284,63 @@ def test_a_deep_confirmation_body_is_a_form_error(world, admin_user):
     r = client.post(f"/namespaces/{ns.pk}/confirm-lowering/", {"expected": deep, "note": ""})
     assert r.status_code == 200
     assert "The confirmation form was malformed" in str(r.context["form"].non_field_errors())
+
+
+# -- loose parsing (#24 finding 8) -------------------------------------------------------------
+
+
+@pytest.fixture
+def gpu_world(world):
+    make_node(world, "a100-1", resources={"nvidia.com/gpu": (8, 8, 0)})
+    return world
+
+
+def _request_body(**over) -> dict:
+    body = {"team": "vision", "namespace": "ml-vision", "resource": "nvidia.com/gpu",
+            "amount": 2, "justification": "Training the detector for the paper."}  # fmt: skip
+    return body | over
+
+
+@pytest.mark.parametrize("amount", ["٣", "\uff13", "1_0", " ٣ "])
+def test_numbers_in_other_scripts_digits_or_with_underscores_are_a_400(
+    gpu_world, researcher, client, amount
+):
+    """int("٣") is 3: DRF and Django forms stored "٣" as 3."""
+    from quotas.models import QuotaRequest
+
+    api = api_for(researcher)
+    body = _json_error(api.post("/api/v1/quota-requests/", _request_body(amount=amount),
+                                format="json"), 400)  # fmt: skip
+    assert "ASCII digits" in body["detail"]
+    assert "ASCII digits" in _json_error(api.get("/api/v1/quota-requests/", {"page": amount}),
+                                         400)["detail"]  # fmt: skip
+    client.force_login(researcher)
+    page = client.post("/requests/new/", {"amount": amount, "justification": "x"})
+    assert page.status_code == 400 and "ASCII digits" in page.content.decode()
+    assert not QuotaRequest.objects.exists()
+    # Digits inside prose are prose.
+    assert api.post("/api/v1/quota-requests/", _request_body(
+        justification="Three runs (٣) of the detector for the paper."), format="json"
+    ).status_code == 201  # fmt: skip
+
+
+def test_duplicate_json_keys_are_a_400(gpu_world, researcher, agent):
+    from quotas.models import QuotaRequest
+
+    raw = json.dumps(_request_body())[:-1] + ', "amount": 9}'
+    api = api_for(researcher)
+    body = _json_error(api.post("/api/v1/quota-requests/", raw, content_type="application/json"),
+                       400)  # fmt: skip
+    assert "Duplicate key 'amount'" in body["detail"]
+    assert not QuotaRequest.objects.exists()
+    report = json.dumps(_report())[:-1] + ', "node": "a100-00"}'
+    r = agent.post(AGENT_URL, report, content_type="application/json")
+    assert r.status_code == 400 and "Duplicate key 'node'" in r.json()["body"][0]
+
+
+def test_a_request_starts_within_the_horizon(gpu_world, researcher, settings):
+    api = api_for(researcher)
+    r = api.post("/api/v1/quota-requests/", _request_body(starts_at="2099-01-01T00:00:00Z"),
+                 format="json")  # fmt: skip
+    body = _json_error(r, 400)
+    assert body["starts_at"] == ["At most 365 days ahead: file the request closer to the time."]
