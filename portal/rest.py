@@ -22,11 +22,45 @@ class Pagination(PageNumberPagination):
 
     def get_page_number(self, request, paginator):
         text = str(super().get_page_number(request, paginator)).strip()  # "last": a number
-        if not text.isdecimal() or len(text) > 18 or int(text) < 1:
+        if not _whole(text) or len(text) > 18 or int(text) < 1:
             raise exceptions.ValidationError(
                 {self.page_query_param: ["Use a positive whole number (1, 2, ...)."]}
             )
         return int(text)
+
+    def get_page_size(self, request):
+        """``page_size`` 1..500 when given; junk is a 400, not silently the default."""
+        raw = request.query_params.get(self.page_size_query_param)
+        if raw is None:
+            return self.page_size
+        text = raw.strip()
+        if not _whole(text) or len(text) > 6 or not 1 <= int(text) <= self.max_page_size:
+            raise exceptions.ValidationError(
+                {
+                    self.page_size_query_param: [
+                        f"Use a whole number from 1 to {self.max_page_size}."
+                    ]
+                }
+            )
+        return int(text)
+
+    def get_schema_operation_parameters(self, view):
+        """The limits the two parameters really have (schemathesis' positive and negative
+        checks hold the API to them, tests/portal/test_schema_fuzz.py)."""
+        parameters = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            if parameter["name"] == self.page_query_param:
+                parameter["schema"] = {"type": "integer", "minimum": 1,
+                                       "maximum": 10**18 - 1}  # fmt: skip
+            elif parameter["name"] == self.page_size_query_param:
+                parameter["schema"] = {"type": "integer", "minimum": 1,
+                                       "maximum": self.max_page_size}  # fmt: skip
+        return parameters
+
+
+def _whole(text: str) -> bool:
+    """ASCII digits only (str.isdecimal() also takes other scripts' digits)."""
+    return text.isascii() and text.isdecimal()
 
 
 def exception_handler(exc, context):

@@ -136,7 +136,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PAGINATION_CLASS": "portal.rest.Pagination",
     "DEFAULT_FILTER_BACKENDS": [
-        "django_filters.rest_framework.DjangoFilterBackend",
+        "portal.filtering.StrictFilterBackend",
         "rest_framework.filters.OrderingFilter",
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
@@ -375,7 +375,10 @@ AUTHENTICATION_BACKENDS = [
 # Proxies whose X-Forwarded-For is believed (addresses or CIDR networks, comma-separated).
 # Empty (the default): none, the client address is REMOTE_ADDR (portal/signin/address.py).
 TRUSTED_PROXIES = env.list("TRUSTED_PROXIES", default=[])
-AXES_FAILURE_LIMIT = env.int("SIGNIN_FAILURE_LIMIT", default=10)
+AXES_FAILURE_LIMIT = env.int("SIGNIN_FAILURE_LIMIT", default=10)  # per account
+# Per client address (an office behind one NAT address shares it): portal/signin/handler.py.
+SIGNIN_ADDRESS_FAILURE_LIMIT = env.int("SIGNIN_ADDRESS_FAILURE_LIMIT", default=100)
+AXES_HANDLER = "portal.signin.handler.PortalAxesHandler"
 AXES_COOLOFF_TIME = timedelta(minutes=env.float("SIGNIN_COOLOFF_MINUTES", default=15))
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
 # Attempts refused during a lockout do not prolong it, so its end is known (Retry-After).

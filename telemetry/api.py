@@ -57,7 +57,9 @@ def _invalid(errors: dict[str, str]) -> JsonResponse:
 def receive_report(request):
     """Accept one agent report (docs/agent-report.md)."""
     if request.method != "POST":
-        return _error(405, f'Method "{request.method}" not allowed.')
+        response = _error(405, f'Method "{request.method}" not allowed.')
+        response["Allow"] = "POST"  # RFC 9110 15.5.6: a 405 names the allowed methods
+        return response
     try:
         raw = tokens.parse_bearer(request.META.get("HTTP_AUTHORIZATION"))
         if raw is None:

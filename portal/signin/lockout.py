@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterable
 
 from axes.handlers.proxy import AxesProxyHandler
-from axes.helpers import get_cool_off, get_credentials, get_failure_limit
+from axes.helpers import get_cool_off, get_credentials
 from axes.models import AccessAttempt
 from axes.signals import user_locked_out
 from django.db import transaction
@@ -25,6 +25,8 @@ from django.utils import timezone
 
 from quotas.audit import record
 
+from .handler import limits
+
 TEMPLATE = "registration/locked.html"
 
 
@@ -32,11 +34,11 @@ def _waits(request: HttpRequest, credentials: dict | None) -> list[int]:
     """Seconds left, for each lockout parameter (account, address) that locks the client."""
     AxesProxyHandler.update_request(request)
     handler = AxesProxyHandler.get_implementation()
-    limit = get_failure_limit(request, credentials)
     cool_off = get_cool_off(request)
     now = timezone.now()
     found = []
-    for attempts in handler.get_user_attempts(request, credentials):
+    for attempts, limit in zip(handler.get_user_attempts(request, credentials),
+                               limits(request, credentials), strict=True):  # fmt: skip
         failures = 0
         rows = attempts.order_by("-attempt_time").values_list(
             "failures_since_start", "attempt_time"
@@ -130,14 +132,14 @@ def audit_lockout(sender, request, username, ip_address, **kwargs) -> None:
 
 
 def _locked_by(username, ip_address, request, credentials) -> list[str]:
-    """Which counts reached the limit: "account", "address" or both."""
-    limit = get_failure_limit(request, credentials)
+    """Which counts reached their limit: "account", "address" or both."""
+    account_limit, address_limit = limits(request, credentials)
     threshold = request.axes_attempt_time - get_cool_off(request)
     recent = AccessAttempt.objects.filter(attempt_time__gte=threshold)
     by = []
-    for name, rows in (
-        ("account", recent.filter(username=username)),
-        ("address", recent.filter(ip_address=ip_address)),
+    for name, rows, limit in (
+        ("account", recent.filter(username=username), account_limit),
+        ("address", recent.filter(ip_address=ip_address), address_limit),
     ):
         total = sum(rows.values_list("failures_since_start", flat=True))
         if total >= limit:

@@ -344,3 +344,37 @@ def test_a_request_starts_within_the_horizon(gpu_world, researcher, settings):
                  format="json")  # fmt: skip
     body = _json_error(r, 400)
     assert body["starts_at"] == ["At most 365 days ahead: file the request closer to the time."]
+
+
+# -- schema precision (#24 finding 9) ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ({"page_size": "AAA"}, "page_size"), ({"page_size": "0"}, "page_size"),
+        ({"page_size": "501"}, "page_size"), ({"page_size": "0.5"}, "page_size"),
+        ({"page": "0"}, "page"), ({"sync_enabled": "AAA"}, "sync_enabled"),
+        ({"sync_enabled": "2"}, "sync_enabled"), ({"since": ""}, "since"),
+    ],
+)  # fmt: skip
+def test_parameters_that_were_silently_ignored_are_a_400(world, researcher, query, field):
+    url = "/api/v1/clusters/" if field == "sync_enabled" else "/api/v1/audit-events/"
+    body = _json_error(api_for(researcher).get(url, query), 400)
+    assert field in body, body
+    assert api_for(researcher).get(url, {"page_size": "500", "page": "1"}).status_code == 200
+
+
+def test_every_405_names_the_allowed_methods(agent):
+    r = agent.generic("TRACE", AGENT_URL)
+    assert r.status_code == 405 and r["Allow"] == "POST"
+
+
+def test_the_schema_declares_the_pagination_limits(researcher):
+    schema = api_for(researcher).get("/api/schema/", {"format": "json"}).json()
+    params = {
+        p["name"]: p["schema"]
+        for p in schema["paths"]["/api/v1/quota-requests/"]["get"]["parameters"]
+    }
+    assert params["page"]["minimum"] == 1
+    assert (params["page_size"]["minimum"], params["page_size"]["maximum"]) == (1, 500)

@@ -30,6 +30,13 @@ COOL_OFF = settings.AXES_COOLOFF_TIME
 TOKEN = "/api/v1/auth/token/"
 
 
+@pytest.fixture(autouse=True)
+def _address_limit_as_the_accounts(settings):
+    """The tests below check the lockout's mechanics per account and per address with one
+    limit; the address's own, higher default is tested at the end of the file."""
+    settings.SIGNIN_ADDRESS_FAILURE_LIMIT = LIMIT
+
+
 def login_page(client, username, password, path="/login/", **extra):
     return client.post(path, {"username": username, "password": password}, **extra)
 
@@ -277,3 +284,39 @@ def client_class_login(user):
     c = Client()
     c.force_login(user)
     return c
+
+
+# -- an office behind one address (#24 finding 10) ------------------------------------------
+
+
+def test_an_offices_typos_do_not_lock_out_its_address_but_a_flood_does(
+    client, researcher, settings
+):
+    """Before, 10 failures from one address (anyone's, behind one NAT) locked it out."""
+    from quotas.models import AuditEvent
+
+    settings.SIGNIN_ADDRESS_FAILURE_LIMIT = 4 * LIMIT
+    office = "198.51.100.77"
+    for i in range(2 * LIMIT):  # twenty colleagues, one typo each
+        assert login_page(client, f"colleague-{i}", "typo", REMOTE_ADDR=office).status_code == 200
+    assert login_page(client, "rob", "pw-researcher-1", REMOTE_ADDR=office).status_code == 302
+    client.logout()
+    # One account is still bounded at its own limit, from that address too ...
+    for i in range(LIMIT):
+        login_page(client, "dave", f"guess-{i}", REMOTE_ADDR=office)
+    assert login_page(client, "dave", "guess-x", REMOTE_ADDR=office).status_code == 429
+    # ... while the others there still sign in (30 failures from the address, limit 40).
+    assert login_page(client, "rob", "pw-researcher-1", REMOTE_ADDR=office).status_code == 302
+    client.logout()
+    # A flood reaches the address's own limit: everyone there waits.
+    for i in range(LIMIT):
+        login_page(client, f"flood-{i}", "x", REMOTE_ADDR=office)
+    assert_locked_page(login_page(client, "rob", "pw-researcher-1", REMOTE_ADDR=office))
+    locked = AuditEvent.objects.filter(action="auth.locked_out").order_by("-at")[0]
+    assert locked.after["locked_by"] == ["address"]
+
+
+def test_the_address_limit_defaults_above_the_accounts():
+    from portal import settings as defaults  # the module: this file's fixture sets the live one
+
+    assert defaults.SIGNIN_ADDRESS_FAILURE_LIMIT == 100 > defaults.AXES_FAILURE_LIMIT == 10
