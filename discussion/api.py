@@ -16,6 +16,7 @@ from rest_framework import exceptions, generics, serializers, status
 from rest_framework.response import Response
 
 from mig.models import MigRequest
+from portal.fields import TextField
 from quotas.models import QuotaRequest
 from quotas.serializers import ErrorSerializer
 
@@ -36,7 +37,7 @@ class CommentSerializer(serializers.ModelSerializer):
 
 
 class CommentCreateSerializer(serializers.Serializer):
-    body = serializers.CharField(
+    body = TextField(
         allow_blank=True, trim_whitespace=False, max_length=BODY_MAX * 2,
         help_text=f"plain text, 1 to {BODY_MAX} characters (surrounding blanks are dropped)",
     )  # fmt: skip

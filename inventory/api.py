@@ -10,6 +10,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Count, Prefetch, Q
 from drf_spectacular.utils import (
     OpenApiParameter,
+    OpenApiResponse,
     extend_schema,
     extend_schema_field,
     inline_serializer,
@@ -412,13 +413,25 @@ class ProductSummarySerializer(serializers.Serializer):
 
 @extend_schema(
     parameters=[OpenApiParameter("cluster", str, description="cluster slug")],
-    responses=inline_serializer(
-        "InventorySummary",
-        {
-            "products": ProductSummarySerializer(many=True),
-            "totals": ProductSummarySerializer(),
-        },
-    ),
+    responses={
+        200: inline_serializer(
+            "InventorySummary",
+            {
+                "products": ProductSummarySerializer(many=True),
+                "totals": ProductSummarySerializer(),
+            },
+        ),
+        404: OpenApiResponse(
+            inline_serializer(
+                "UnknownCluster",
+                {
+                    "detail": serializers.CharField(),
+                    "cluster": serializers.ListField(child=serializers.CharField()),
+                },
+            ),
+            description="no cluster with this slug",
+        ),
+    },
 )
 @api_view(["GET"])
 def inventory_summary(request):
@@ -430,7 +443,7 @@ def inventory_summary(request):
         if not Cluster.objects.filter(slug=slug).exists():
             return Response(
                 {"detail": f"Unknown cluster {slug!r}.", "cluster": ["No cluster with this slug."]},
-                status=status.HTTP_400_BAD_REQUEST,
+                status=status.HTTP_404_NOT_FOUND,  # a well-formed slug of no cluster
             )
         nodes = nodes.filter(cluster__slug=slug)
     products = fleet_summary(nodes)

@@ -129,7 +129,7 @@ class GpuClassViewSet(
         if slug and not Cluster.objects.filter(slug=slug).exists():
             return Response(
                 {"detail": f"Unknown cluster {slug!r}.", "cluster": ["No cluster with this slug."]},
-                status=status.HTTP_400_BAD_REQUEST,
+                status=status.HTTP_404_NOT_FOUND,  # a well-formed slug of no cluster
             )
         objs = list(self.filter_queryset(self.get_queryset()))
         page = self.paginate_queryset(objs)

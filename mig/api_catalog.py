@@ -118,7 +118,11 @@ class MigProfilesView(APIView):
             OpenApiParameter(
                 "product",
                 OpenApiTypes.STR,
-                description="Only this product: short name or GFD gpu.product label.",
+                description="Only this product: short name or GFD gpu.product label "
+                "(case-insensitive, GFD's -SHARED and -MIG-... suffixes ignored).",
+                enum=sorted(
+                    {name for p in PRODUCTS.values() for name in (p.name, *p.gfd_products)}
+                ),
             )
         ],
         responses={

@@ -138,4 +138,16 @@ def document_common_errors(result, generator, request, public):
             for code, description in wanted.items():
                 if code not in responses:
                     responses[code] = {"description": description, "content": error}
+            for parameter in operation.get("parameters", []):
+                schema = parameter.get("schema") or {}
+                # NUL in a URL is a 400 (portal/middleware.py): say so.
+                if schema.get("type") == "string" and not schema.keys() & {
+                    "enum",
+                    "format",
+                    "pattern",
+                }:
+                    schema["pattern"] = NO_NUL
     return result
+
+
+NO_NUL = "^[^\\u0000]*$"

@@ -11,22 +11,21 @@ And Python itself gives up on JSON nested about 1,000 deep (``RecursionError``).
 
 So every JSON body is parsed by :func:`loads_json`, which refuses nesting deeper than
 ``API_JSON_MAX_DEPTH`` and any string or key holding NUL or a lone surrogate, and every
-date-time parameter goes through :func:`check_offset`. Each raises :class:`InputRefused`
-with a message a client can show; the parsers and fields turn it into their own 400.
+date-time parameter is converted to UTC (``portal.fields.strict_datetime``). Each raises
+:class:`InputRefused` with a message a client can show; the parsers and fields turn it into
+their own 400.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 
 # JSON the portal reads is at most a few levels deep (an agent report: 5). Deeper is an attack.
 DEFAULT_MAX_DEPTH = 32
-MAX_OFFSET = timedelta(hours=15, minutes=59)
 _BAD_CHARS = re.compile("[\x00\ud800-\udfff]")
 
 
@@ -123,11 +122,3 @@ def loads_json(text: str | bytes, depth_limit: int | None = None) -> Any:
     except (ValueError, UnicodeDecodeError) as err:
         raise InputRefused(f"Not valid JSON: {err}") from err
     return check_tree(data, limit)
-
-
-def check_offset(value: datetime) -> datetime:
-    """Refuse an aware date-time whose offset PostgreSQL cannot store (beyond +-15:59)."""
-    offset = value.utcoffset()
-    if offset is not None and abs(offset) > MAX_OFFSET:
-        raise InputRefused("The time-zone offset must be between -15:59 and +15:59.")
-    return value

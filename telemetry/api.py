@@ -176,6 +176,18 @@ class NodeTokenCreateSerializer(serializers.Serializer):
         return attrs
 
 
+class NodeTokenFilter(django_filters.FilterSet):
+    """By node id or name: an unknown one is an empty page, as for any filter (a model
+    choice filter made it a 400 for a well-formed UUID)."""
+
+    node = django_filters.UUIDFilter(field_name="node_id")
+    node__name = django_filters.CharFilter(field_name="node__name")
+
+    class Meta:
+        model = NodeToken
+        fields = ["node", "node__name"]
+
+
 @extend_schema(tags=["agent"])
 class NodeTokenViewSet(
     mixins.ListModelMixin,
@@ -190,7 +202,7 @@ class NodeTokenViewSet(
     permission_classes = [permissions.IsAdminUser]
     serializer_class = NodeTokenSerializer
     queryset = NodeToken.objects.select_related("node__cluster", "created_by")
-    filterset_fields = {"node": ["exact"], "node__name": ["exact"]}
+    filterset_class = NodeTokenFilter
     ordering_fields = ["created_at", "last_used_at"]
 
     @extend_schema(request=NodeTokenCreateSerializer, responses={201: IssuedNodeTokenSerializer})

@@ -121,7 +121,10 @@ class ShowbackSerializer(serializers.Serializer):
     tags=["telemetry"],
     parameters=[
         OpenApiParameter(
-            "month", OpenApiTypes.STR, description="YYYY-MM (UTC); default: the current month"
+            "month",
+            OpenApiTypes.STR,
+            description="YYYY-MM (UTC), 2000-01 to 2999-12; default: the current month",
+            pattern=r"^2[0-9]{3}-(0[1-9]|1[0-2])$",
         )
     ],
     responses={
@@ -132,8 +135,11 @@ class ShowbackSerializer(serializers.Serializer):
 @api_view(["GET"])
 def showback_api(request):
     """GPU-hours granted, allocated and busy per team and resource for one month."""
+    raw = request.query_params.get("month")
+    if raw is not None and not raw.strip():
+        return Response({"month": ["May not be blank: leave it out for this month."]}, status=400)
     try:
-        month, start, end = showback.parse_month(request.query_params.get("month"))
+        month, start, end = showback.parse_month(raw)
     except showback.BadMonth as err:
         return Response({"month": [str(err)]}, status=400)
     teams = visible_to(Team.objects.all(), request.user, "pk")

@@ -96,7 +96,7 @@ def test_everyone_reads_classes_with_their_free_figure(cluster, researcher_api):
         "resource": GPU, "unit": "replicas", "allocatable": 32, "requested": 0, "idle": 32,
         "limit": 32, "granted": 0, "held_beyond_grants": 0, "pool_free_to_grant": 48,
         "free_to_grant": 32}]  # fmt: skip
-    assert researcher_api.get("/api/v1/gpu-classes/", {"cluster": "nope"}).status_code == 400
+    assert researcher_api.get("/api/v1/gpu-classes/", {"cluster": "nope"}).status_code == 404
     r = researcher_api.post("/api/v1/gpu-classes/", {}, format="json")
     assert r.status_code == 403
 
