@@ -15,10 +15,6 @@ import http.client
 import json
 import os
 import secrets
-import socket
-import subprocess
-import sys
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -27,8 +23,9 @@ import yaml
 
 from telemetry import tokens
 from tests.conftest import _database_url_for_current_db
-from tests.factories import make_cluster, make_node
+from tests.factories import make_cluster, make_node, make_pod
 from tests.telemetry.test_ingest import report
+from tests.webserver import free_port, serving
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -36,12 +33,6 @@ ROOT = Path(__file__).resolve().parents[2]
 PUBLIC = "gpu-portal.example.org"
 SERVICE = "portal-web.gpu-quota-portal.svc"
 PROBE_UA = "kube-probe/1.32"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _web_command(port: int, tmp_path: Path) -> list[str]:
@@ -66,7 +57,7 @@ def _web_command(port: int, tmp_path: Path) -> list[str]:
 @pytest.fixture
 def gunicorn(tmp_path, settings):
     """gunicorn with portal.settings_production on the test database and Redis."""
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("SECRET_KEY", "ALLOWED_HOSTS")}
     env.update(
         DJANGO_SETTINGS_MODULE="portal.settings_production",
@@ -76,30 +67,8 @@ def gunicorn(tmp_path, settings):
         REDIS_URL=settings.REDIS_URL,
         DB_CONN_MAX_AGE="0",
     )
-    log_path = tmp_path / "gunicorn.log"
-    log = open(log_path, "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(
-        [sys.executable, "-m", *_web_command(port, tmp_path)],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                log.close()
-                raise RuntimeError(log_path.read_text()[-3000:]) from None
-            time.sleep(0.2)
-    yield port
-    proc.terminate()
-    try:
-        proc.wait(15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    log.close()
+    with serving(_web_command(port, tmp_path), env, port, tmp_path / "gunicorn.log"):
+        yield port
 
 
 def send(port, method, path, host, body=None, **headers):
@@ -139,6 +108,7 @@ def test_kubelet_probes_answer_with_the_pod_ip_as_host(gunicorn):
 
 def test_agents_post_to_the_service_over_plain_http(gunicorn):
     node = make_node(make_cluster("lab"), "a100-00")
+    make_pod(node, "train-0", namespace="ml")  # the reports' processes run in it
     _, raw = tokens.issue(node)
     path = "/api/v1/agent/reports/"
     now = datetime.now(UTC)

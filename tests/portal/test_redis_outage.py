@@ -20,9 +20,6 @@ import http.client
 import json
 import os
 import signal
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 from urllib.parse import quote
@@ -36,6 +33,7 @@ from quotas.models import Operation, QuotaRequest
 from tests.conftest import _database_url_for_current_db
 from tests.factories import make_cluster, make_node
 from tests.quotas.builders import make_namespace, make_team, make_user
+from tests.webserver import free_port, serving
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -43,12 +41,6 @@ ROOT = Path(__file__).resolve().parents[2]
 GPU = "nvidia.com/gpu"
 # No answer within this is a hang (before: over 90 s); every answer below must come sooner.
 CLIENT_TIMEOUT = 20
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -63,7 +55,7 @@ def own_redis(tmp_path):
 
 def start_web(tmp_path: Path, stack: contextlib.ExitStack, **overrides: str):
     """gunicorn serving the portal on the test database, with ``overrides`` in its env."""
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ)
     env.update(
         DJANGO_SETTINGS_MODULE="portal.settings",
@@ -73,32 +65,10 @@ def start_web(tmp_path: Path, stack: contextlib.ExitStack, **overrides: str):
         QUOTA_CONFIRM_INLINE_SECONDS="0",
     )
     env.update(overrides)
+    argv = ["gunicorn", "portal.wsgi", "--bind", f"127.0.0.1:{port}", "--workers", "1",
+            "--threads", "4", "--timeout", "120"]  # fmt: skip
     log_path = tmp_path / f"web-{port}.log"
-    log = stack.enter_context(open(log_path, "wb"))  # noqa: SIM115 - the stack closes it
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "portal.wsgi", "--bind", f"127.0.0.1:{port}",
-         "--workers", "1", "--threads", "4", "--timeout", "120"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-
-    def stop() -> None:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-    stack.callback(stop)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(log_path.read_text()[-3000:]) from None
-            time.sleep(0.2)
+    stack.enter_context(serving(argv, env, port, log_path))
     return type("Web", (), {"port": port, "log": log_path})()
 
 
