@@ -14,6 +14,8 @@ from rest_framework import mixins, permissions, serializers, status, viewsets
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
+from portal.parsers import JSONParser
+
 from . import classes
 from .figures import DEFINITIONS, figures_by_class
 from .models import Cluster, GpuClass
@@ -109,6 +111,9 @@ class GpuClassViewSet(
     (quotas/figures.py: the figures the fleet page and the approval queue show).
     Everyone signed in reads; admins write (name, selector, weight; cluster and slug on
     create). A class that grants or requests name cannot be deleted (409)."""
+
+    # selector is an object: a form cannot carry one, so the schema offers JSON only (#24).
+    parser_classes = [JSONParser]
 
     serializer_class = GpuClassSerializer
 

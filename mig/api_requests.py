@@ -21,6 +21,7 @@ from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 
 from inventory.models import Node
+from portal.parsers import JSONParser
 from quotas.api import Conflict, TeamScopedViewSet, domain_errors
 from quotas.models import TeamNamespace
 from quotas.scoping import visible_to
@@ -215,6 +216,8 @@ class MigRequestViewSet(
         "team", "namespace", "cluster", "requested_node", "node", "requested_by", "decided_by"
     )
     filterset_class = MigRequestFilter
+    # layout and requests are objects: forms cannot carry them; JSON only (#24).
+    parser_classes = [JSONParser]
     ordering_fields = ["created_at", "status"]
     ordering = ["-created_at"]
     admin_actions = frozenset({"approve", "reject", "revert"})

@@ -13,6 +13,7 @@ from rest_framework import exceptions, permissions, serializers, status, viewset
 from rest_framework.response import Response
 
 from inventory.models import Cluster
+from portal.parsers import JSONParser
 
 from . import services
 from .models import LabelSet
@@ -99,6 +100,8 @@ class LabelSetViewSet(viewsets.ModelViewSet):
     queryset = LabelSet.objects.select_related("cluster", "created_by")
     serializer_class = LabelSetSerializer
     permission_classes = [permissions.IsAuthenticated, IsStaffOrReadOnly]
+    # labels is an object: a form cannot carry one, so the schema offers JSON only (#24).
+    parser_classes = [JSONParser]
     filterset_fields = ["cluster__slug", "enabled"]
     ordering_fields = ["name", "created_at", "updated_at"]
     ordering = ["cluster__name", "name"]
