@@ -153,6 +153,9 @@ def test_fleet_loaded(api: KubeAPI, emulator: gpuemu.Emulator) -> None:
             == "72"
         ),
         what="quota used",
+        # The quota controller computes a new quota's usage from its work queue; under the
+        # full suite's load (2 cores, several control planes) that took over 30 s once.
+        timeout=90,
     )
 
     # kube-scheduler binds a new pod to the GPU node; kwok runs it
