@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 
+from django.core.validators import RegexValidator
 from rest_framework import serializers
 
 from .capacity import advertised_resources
@@ -30,9 +31,17 @@ class ApproveSerializer(serializers.Serializer):
     note = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
 
 
+SAY_WHY = "Say why the request is rejected."
+
+
 class RejectSerializer(serializers.Serializer):
-    # Required by services.reject, which gives the message.
-    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
+    # Required, with a visible character: what services.reject refuses otherwise, now in the
+    # schema too (it said optional, default "": schemathesis' valid data was refused; #24).
+    reason = serializers.CharField(
+        max_length=2000, trim_whitespace=False, help_text="why, for the requester to read",
+        validators=[RegexValidator(r"\S", SAY_WHY)],
+        error_messages={"required": SAY_WHY, "blank": SAY_WHY},
+    )  # fmt: skip
 
 
 class CancelSerializer(serializers.Serializer):

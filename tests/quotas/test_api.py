@@ -278,8 +278,9 @@ def test_approving_beyond_capacity_is_400_with_the_reason(world, rob, admin):
 def test_reject_needs_a_reason(world, rob, admin):
     req = file_request(rob)
     url = f"/api/v1/quota-requests/{req['id']}/reject/"
-    r = admin.post(url, {"reason": "  "}, format="json")
-    assert r.status_code == 400 and r.json()["reason"] == ["Say why the request is rejected."]
+    for body in ({"reason": "  "}, {"reason": ""}, {}):
+        r = admin.post(url, body, format="json")
+        assert r.status_code == 400 and r.json()["reason"] == ["Say why the request is rejected."]
     r = admin.post(url, {"reason": "The cluster is reserved for the course."}, format="json")
     assert r.status_code == 200 and r.json()["status"] == "rejected"
     assert r.json()["decision_note"] == "The cluster is reserved for the course."
