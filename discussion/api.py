@@ -9,6 +9,7 @@ is a 400 with a message per field, members' POSTs count against ``MEMBER_WRITE_R
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.validators import RegexValidator
 from django.shortcuts import get_object_or_404
 from django.urls import path
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
@@ -37,8 +38,12 @@ class CommentSerializer(serializers.ModelSerializer):
 
 
 class CommentCreateSerializer(serializers.Serializer):
+    # What services.clean_body takes, said in the schema: a visible character, at most
+    # BODY_MAX characters (#24: a blank body or one of 5,001-10,000 was schema-valid).
     body = TextField(
-        allow_blank=True, trim_whitespace=False, max_length=BODY_MAX * 2,
+        trim_whitespace=False, max_length=BODY_MAX,
+        validators=[RegexValidator(r"\S", "Write a comment first.")],
+        error_messages={"blank": "Write a comment first."},
         help_text=f"plain text, 1 to {BODY_MAX} characters (surrounding blanks are dropped)",
     )  # fmt: skip
 

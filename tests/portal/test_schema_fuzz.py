@@ -67,8 +67,7 @@ POSITIVE_PENDING = {
     "PUT /api/v1/gpu-classes/{id}/", "PATCH /api/v1/gpu-classes/{id}/",
     "POST /api/v1/namespaces/{id}/adopt/", "POST /api/v1/namespaces/{id}/confirm-lowering/",
     "POST /api/v1/namespaces/{id}/keep/", "POST /api/v1/namespaces/{id}/remove-quota/",
-    "POST /api/v1/quota-requests/{id}/approve/", "POST /api/v1/quota-requests/{id}/comments/",
-    "POST /api/v1/teams/{slug}/baseline/",
+    "POST /api/v1/quota-requests/{id}/approve/", "POST /api/v1/teams/{slug}/baseline/",
     "POST /api/v1/teams/{slug}/members/", "PATCH /api/v1/teams/{slug}/members/{username}/",
 }  # fmt: skip
 
