@@ -11,6 +11,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
+from rest_framework import exceptions
 from rest_framework.permissions import BasePermission
 
 
@@ -34,18 +35,8 @@ class DocsView(SpectacularSwaggerSplitView):
 
     permission_classes = [DocsAccess]
 
-    def permission_denied(self, request, message=None, code=None):
-        if "script" not in request.GET:  # the page itself, not its init script
-            raise _SignIn(request.get_full_path())
-        super().permission_denied(request, message, code)
-
     def handle_exception(self, exc):
-        if isinstance(exc, _SignIn):
-            return redirect_to_login(exc.next)
+        refused = isinstance(exc, exceptions.NotAuthenticated | exceptions.PermissionDenied)
+        if refused and "script" not in self.request.GET:  # the page, not its init script
+            return redirect_to_login(self.request.get_full_path())
         return super().handle_exception(exc)
-
-
-class _SignIn(Exception):
-    def __init__(self, next_url: str) -> None:
-        super().__init__(next_url)
-        self.next = next_url

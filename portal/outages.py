@@ -45,9 +45,9 @@ def dependency(exc: BaseException | None) -> str | None:
     """Which dependency ``exc`` says is down: "database", "redis", or None."""
     if isinstance(exc, OperationalError | InterfaceError):
         return "database"
-    if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
-        return "redis"
-    if isinstance(exc, BrokerError):
+    if isinstance(
+        exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError | BrokerError
+    ):
         return "redis"
     return None
 

@@ -263,7 +263,7 @@ class GatewayCore:
                 raise error
             attempt += 1
             delay = self.backoff * 2 ** (attempt - 1)
-            left = self._left() if self.deadline is not None else None
+            left = self._left()
             if left is not None and delay >= left:
                 raise error
             log.warning("%s: %s; retry %d in %.1fs", self.cluster.slug, error, attempt, delay)
