@@ -9,7 +9,6 @@ is a 400 with a message per field, members' POSTs count against ``MEMBER_WRITE_R
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.core.validators import RegexValidator
 from django.shortcuts import get_object_or_404
 from django.urls import path
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
@@ -17,7 +16,8 @@ from rest_framework import exceptions, generics, serializers, status
 from rest_framework.response import Response
 
 from mig.models import MigRequest
-from portal.fields import TextField
+from portal.fields import StrictInput, TextField
+from portal.validation import visible
 from quotas.models import QuotaRequest
 from quotas.serializers import ErrorSerializer
 
@@ -37,12 +37,12 @@ class CommentSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class CommentCreateSerializer(serializers.Serializer):
+class CommentCreateSerializer(StrictInput, serializers.Serializer):
     # What services.clean_body takes, said in the schema: a visible character, at most
     # BODY_MAX characters (#24: a blank body or one of 5,001-10,000 was schema-valid).
     body = TextField(
         trim_whitespace=False, max_length=BODY_MAX,
-        validators=[RegexValidator(r"\S", "Write a comment first.")],
+        validators=[visible("Write a comment first.")],
         error_messages={"blank": "Write a comment first."},
         help_text=f"plain text, 1 to {BODY_MAX} characters (surrounding blanks are dropped)",
     )  # fmt: skip

@@ -6,7 +6,6 @@ before anything is saved, ``connect.py``), re-run a cluster's preflight, and tri
 
 from __future__ import annotations
 
-from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Count, Prefetch, Q
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -22,11 +21,16 @@ from rest_framework.response import Response
 from portal import broker
 from portal.outages import DependencyUnavailable
 
-from .connect import CONNECT_FIELDS, connect, describe, rerun
+from .connect import connect, describe, rerun
 from .figures import DEFINITIONS
 from .filters import NodeFilter
 from .health import node_badges, usual_drivers
 from .models import Cluster, GpuPod, Node, NodeResource, SyncRun
+from .serializers_connect import (
+    ClusterConnectSerializer,
+    PreflightRefusedSerializer,
+    PreflightReportSerializer,
+)
 from .summary import fleet_summary, fleet_totals
 
 
@@ -38,30 +42,6 @@ class SyncRunSerializer(serializers.ModelSerializer):
             "pods_seen", "gpu_pods_seen", "pages", "list_restarts", "rows_created",
             "rows_updated", "rows_deleted", "nodes_gone", "error",
         ]  # fmt: skip
-
-
-class PreflightFindingSerializer(serializers.Serializer):
-    check = serializers.CharField(help_text="version, identity, permissions, gpu-operator, "
-                                  "mig-strategy, mig-config, gfd, limits")  # fmt: skip
-    level = serializers.ChoiceField(choices=["ok", "warning", "error"])
-    summary = serializers.CharField()
-    fix = serializers.CharField()
-    items = serializers.ListField(
-        child=serializers.DictField(),
-        help_text="permissions: key, verb, resource, group, namespace, name, feature, "
-        "granted, reason, rule (the RBAC rule to add, YAML); gfd: node; limits: namespace, "
-        "kind, name, limits",
-    )
-
-
-class PreflightReportSerializer(serializers.Serializer):
-    status = serializers.CharField(help_text="the worst level of the findings")
-    ran_at = serializers.CharField()
-    server_version = serializers.CharField()
-    identity = serializers.CharField()
-    namespaces = serializers.ListField(child=serializers.CharField())
-    missing_permissions = serializers.ListField(child=serializers.CharField())
-    findings = PreflightFindingSerializer(many=True)
 
 
 class ClusterSerializer(serializers.ModelSerializer):
@@ -127,57 +107,6 @@ class ClusterSerializer(serializers.ModelSerializer):
 # Cluster fields that name files and addresses of the portal's own set-up: empty for
 # members (issue #12 review: GET /clusters/ showed them the kubeconfig's path).
 ADMIN_ONLY_CONNECTION = ("kubeconfig_path", "kubeconfig_context", "api_url", "bearer_token_file")
-
-
-class ClusterConnectSerializer(serializers.ModelSerializer):
-    """What an admin sends to connect or edit a cluster. ``bearer_token`` is write-only
-    (never returned); on an edit, leaving it out keeps the stored one."""
-
-    bearer_token = serializers.CharField(
-        write_only=True, required=False, allow_blank=True, max_length=4096,
-        style={"input_type": "password"},
-    )  # fmt: skip
-    preflight_namespaces = serializers.ListField(
-        child=serializers.CharField(max_length=63), required=False, max_length=50,
-        help_text="Namespaces to check for existing GPU limits, besides the team namespaces",
-    )  # fmt: skip
-    save_anyway = serializers.BooleanField(
-        write_only=True, required=False, default=False,
-        help_text="Save although the preflight found errors (recorded in the audit trail)",
-    )  # fmt: skip
-
-    class Meta:
-        model = Cluster
-        fields = [*CONNECT_FIELDS, "save_anyway"]
-        extra_kwargs = {"slug": {"required": True}}
-
-    def validate(self, attrs):
-        attrs = dict(attrs)
-        save_anyway = attrs.pop("save_anyway", False)
-        cluster = self.instance or Cluster()
-        typed = bool(attrs.get("bearer_token"))
-        if self.instance is not None and attrs.get("slug", cluster.slug) != cluster.slug:
-            raise serializers.ValidationError({"slug": ["A cluster's slug cannot change."]})
-        for name, value in attrs.items():
-            setattr(cluster, name, value)
-        if cluster.auth_method != Cluster.AuthMethod.TOKEN or (
-            cluster.bearer_token_file and not typed
-        ):
-            cluster.bearer_token = ""
-        try:
-            cluster.clean()
-        except DjangoValidationError as err:
-            raise serializers.ValidationError(err.message_dict) from err
-        return {"cluster": cluster, "save_anyway": save_anyway}
-
-
-class PreflightRefusedSerializer(serializers.Serializer):
-    """A 400: invalid fields (messages per field), or a preflight that found errors
-    (then ``save_anyway`` and ``preflight`` are set)."""
-
-    detail = serializers.CharField()
-    save_anyway = serializers.ListField(child=serializers.CharField(), required=False)
-    preflight = PreflightReportSerializer(required=False)
 
 
 class NodeResourceSerializer(serializers.ModelSerializer):
@@ -252,7 +181,7 @@ class NodeDetailSerializer(NodeSerializer):
         ]
 
 
-_CONNECT_RESPONSES = {400: PreflightRefusedSerializer}
+_CONNECT_RESPONSES = {409: PreflightRefusedSerializer}
 
 
 class ClusterViewSet(
@@ -260,7 +189,7 @@ class ClusterViewSet(
 ):
     """Configured clusters with their sync state and last preflight. Tokens are never
     returned. Admins connect (POST) and edit (PUT/PATCH) clusters: the preflight runs
-    first, and errors refuse the save (400 with the report) unless ``save_anyway``."""
+    first, and errors refuse the save (409 with the report) unless ``save_anyway``."""
 
     serializer_class = ClusterSerializer
     lookup_field = "slug"
@@ -293,7 +222,7 @@ class ClusterViewSet(
                     "save_anyway": ["The preflight found errors."],
                     "preflight": outcome.report.as_dict(),
                 },
-                status=status.HTTP_400_BAD_REQUEST,
+                status=status.HTTP_409_CONFLICT,  # a valid body; the cluster refuses it
             )
         cluster = self.get_queryset().get(pk=data["cluster"].pk)
         code = status.HTTP_201_CREATED if created else status.HTTP_200_OK

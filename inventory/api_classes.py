@@ -14,11 +14,13 @@ from rest_framework import mixins, permissions, serializers, status, viewsets
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
-from portal.parsers import JSONParser
+from portal.fields import StrictInput
+from portal.rest import drf_detail
+from portal.validation import CONFLICT
 
 from . import classes
 from .figures import DEFINITIONS, figures_by_class
-from .models import Cluster, GpuClass
+from .models import LABEL_KEY, LABEL_VALUE, Cluster, GpuClass
 
 NOT_ENFORCED = "class not enforced by Kubernetes on this cluster"
 
@@ -45,13 +47,24 @@ class ClassCapacitySerializer(serializers.Serializer):
     )
 
 
-class GpuClassSerializer(serializers.ModelSerializer):
+@extend_schema_field({
+    "type": "object", "minProperties": 1,
+    "propertyNames": {"maxLength": 316, "pattern": f"^{LABEL_KEY.pattern}$"},
+    "additionalProperties": {"type": "string", "maxLength": 63,
+                             "pattern": f"^{LABEL_VALUE.pattern}$"},
+})  # fmt: skip
+class SelectorField(serializers.DictField):
+    """Node label matches as ``GpuClass.clean`` accepts them: at least one, Kubernetes
+    label keys and values."""
+
+
+class GpuClassSerializer(StrictInput, serializers.ModelSerializer):
     cluster = serializers.SlugRelatedField(slug_field="slug", queryset=Cluster.objects.all())
     weight = serializers.DecimalField(
         max_digits=10, decimal_places=4, min_value=0, required=False, allow_null=True,
         help_text="optional weight or price per GPU-hour, >= 0",
     )  # fmt: skip
-    selector = serializers.DictField(
+    selector = SelectorField(
         child=serializers.CharField(allow_blank=True, max_length=63),
         help_text='node label matches, e.g. {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}',
     )
@@ -113,7 +126,6 @@ class GpuClassViewSet(
     create). A class that grants or requests name cannot be deleted (409)."""
 
     # selector is an object: a form cannot carry one, so the schema offers JSON only (#24).
-    parser_classes = [JSONParser]
 
     serializer_class = GpuClassSerializer
 
@@ -157,7 +169,7 @@ class GpuClassViewSet(
             value = data.pop(fixed, None)
             current = instance.cluster if fixed == "cluster" else instance.slug
             if value is not None and value != current:
-                raise ValidationError({fixed: "Fixed once the class exists."})
+                raise ValidationError({fixed: ["Fixed once the class exists."]}, code=CONFLICT)
         with _as_drf_errors():
             serializer.instance = classes.update_class(self.request.user, instance, **data)
 
@@ -179,5 +191,5 @@ class _as_drf_errors:
 
     def __exit__(self, exc_type, exc, tb):
         if exc_type is not None and issubclass(exc_type, DjangoValidationError):
-            raise ValidationError(exc.message_dict) from exc
+            raise ValidationError(drf_detail(exc)) from exc
         return False

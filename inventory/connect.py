@@ -15,7 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from django.core.exceptions import ValidationError
 from django.db import transaction
+
+from portal.validation import CONFLICT, NOT_FOUND
 
 from .kube import credentials
 from .models import Cluster
@@ -30,66 +33,95 @@ CONNECT_FIELDS = [
 SECRET_FIELDS = frozenset({"bearer_token"})
 
 
-def _kubeconfig_errors(cluster: Cluster) -> dict[str, str]:
+# Codes of the messages below (portal.validation): a file the portal may not or cannot read
+# is not found (404), a file or environment that does not serve is a conflict with what is
+# there (409), a field the method needs is required (400, or 409 on a partial edit: the
+# stored cluster lacks it).
+REQUIRED = "required"
+
+
+def _problem(message: str, code: str = "invalid") -> ValidationError:
+    return ValidationError(message, code=code)
+
+
+def _file_problem(path: str) -> ValidationError | None:
+    problem = credentials.file_problem(path)
+    if problem is None:
+        return None
+    return _problem(problem, NOT_FOUND if Path(path).is_absolute() else "invalid")
+
+
+def _kubeconfig_errors(cluster: Cluster) -> dict[str, ValidationError]:
     if not cluster.kubeconfig_path:
-        return {"kubeconfig_path": "A kubeconfig path is required for this method."}
-    problem = credentials.file_problem(cluster.kubeconfig_path)
+        return {"kubeconfig_path": _problem("A kubeconfig path is required for this method.",
+                                            REQUIRED)}  # fmt: skip
+    problem = _file_problem(cluster.kubeconfig_path)
     if problem:
         return {"kubeconfig_path": problem}
     try:
         data = yaml.safe_load(Path(cluster.kubeconfig_path).read_text()) or {}
     except (OSError, UnicodeDecodeError) as err:
-        return {"kubeconfig_path": f"Cannot read it as text: {type(err).__name__}."}
+        return {"kubeconfig_path": _problem(f"Cannot read it as text: {type(err).__name__}.",
+                                            CONFLICT)}  # fmt: skip
     except yaml.YAMLError as err:
         # Not str(err): a YAML error quotes the line it stopped at, which is the file's text.
         mark = getattr(err, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        return {"kubeconfig_path": f"Not a kubeconfig: not valid YAML{where}."}
+        return {"kubeconfig_path": _problem(f"Not a kubeconfig: not valid YAML{where}.",
+                                            CONFLICT)}  # fmt: skip
     if not isinstance(data, dict):
-        return {"kubeconfig_path": "Not a kubeconfig: expected a YAML mapping."}
+        return {"kubeconfig_path": _problem("Not a kubeconfig: expected a YAML mapping.",
+                                            CONFLICT)}  # fmt: skip
     contexts = [c.get("name") for c in data.get("contexts") or [] if isinstance(c, dict)]
     wanted = cluster.kubeconfig_context or data.get("current-context") or ""
     if not wanted:
-        return {"kubeconfig_context": "The kubeconfig has no current-context: name one."}
+        return {"kubeconfig_context": _problem(
+            "The kubeconfig has no current-context: name one.", CONFLICT)}  # fmt: skip
     if wanted not in contexts:
         known = ", ".join(str(c) for c in contexts) or "none"
-        return {"kubeconfig_context": f"No context {wanted!r} in the kubeconfig (it has: {known})."}
+        return {"kubeconfig_context": _problem(
+            f"No context {wanted!r} in the kubeconfig (it has: {known}).", CONFLICT)}  # fmt: skip
     return {}
 
 
-def _token_errors(cluster: Cluster) -> dict[str, str]:
-    errors: dict[str, str] = {}
+def _token_errors(cluster: Cluster) -> dict[str, ValidationError]:
+    errors: dict[str, ValidationError] = {}
     if not cluster.api_url:
-        errors["api_url"] = "The API server URL is required for token access."
+        errors["api_url"] = _problem("The API server URL is required for token access.", REQUIRED)
     elif problem := credentials.url_problem(cluster.api_url):
-        errors["api_url"] = problem
+        errors["api_url"] = _problem(problem)
     if cluster.bearer_token and cluster.bearer_token_file:
-        errors["bearer_token_file"] = "Give a token or a token file, not both."
+        errors["bearer_token_file"] = _problem("Give a token or a token file, not both.")
     elif cluster.bearer_token_file:
         try:
             credentials.read_token(cluster.bearer_token_file)
         except credentials.CredentialError as err:
-            errors["bearer_token_file"] = str(err)
+            # The file itself (where, whether readable) or what it holds.
+            missing = _file_problem(cluster.bearer_token_file)
+            errors["bearer_token_file"] = missing or _problem(str(err), CONFLICT)
     elif not cluster.bearer_token:
-        errors["bearer_token"] = "Give a bearer token or a file that holds one."
+        errors["bearer_token"] = _problem("Give a bearer token or a file that holds one.", REQUIRED)
     if cluster.ca_cert:
         try:
             ssl.create_default_context(cadata=cluster.ca_cert)
         except (ssl.SSLError, ValueError, TypeError) as err:  # TypeError: non-ASCII text
-            errors["ca_cert"] = f"Not a PEM CA certificate: {err}"
+            errors["ca_cert"] = _problem(f"Not a PEM CA certificate: {err}")
     return errors
 
 
-def credential_errors(cluster: Cluster) -> dict[str, str]:
-    """Field -> message for credentials that cannot work, checked without the network."""
+def credential_errors(cluster: Cluster) -> dict[str, ValidationError]:
+    """Field -> message (with its code) for credentials that cannot work, checked without
+    the network."""
     method = cluster.auth_method
     if method == Cluster.AuthMethod.KUBECONFIG:
         return _kubeconfig_errors(cluster)
     if method == Cluster.AuthMethod.TOKEN:
         return _token_errors(cluster)
     if method == Cluster.AuthMethod.IN_CLUSTER and not os.environ.get("KUBERNETES_SERVICE_HOST"):
-        return {"auth_method": "The portal is not running in a Kubernetes pod "
-                               "(KUBERNETES_SERVICE_HOST is unset)."}  # fmt: skip
+        outside = (
+            "The portal is not running in a Kubernetes pod (KUBERNETES_SERVICE_HOST is unset)."
+        )
+        return {"auth_method": _problem(outside, CONFLICT)}
     return {}
 
 

@@ -31,9 +31,8 @@ class ClusterForm(forms.ModelForm):
         widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "off"}),
         help_text="Never shown again. When editing, leave empty to keep the stored token.",
     )
-    api_url = forms.URLField(
-        required=False, max_length=500, assume_scheme="https", label="API server URL"
-    )
+    # The model's rule (check_api_url: https, or http for CLUSTER_HTTP_HOSTS), as in the API.
+    api_url = forms.CharField(required=False, max_length=500, label="API server URL")
     preflight_namespaces = NamespaceListField(
         required=False,
         label="Namespaces to manage",

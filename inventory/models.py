@@ -16,6 +16,17 @@ from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
 
+
+def check_api_url(value: str) -> None:
+    """Validator of ``Cluster.api_url`` (model, form, API): empty, or a URL a token may be
+    sent to (inventory/kube/credentials.py)."""
+    from .kube.credentials import url_problem  # kube imports these models
+
+    problem = url_problem(value) if value else None
+    if problem:
+        raise ValidationError(problem, code="invalid")
+
+
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 
@@ -66,7 +77,7 @@ class Cluster(models.Model):
     auth_method = models.CharField(max_length=20, choices=AuthMethod.choices)
     kubeconfig_path = models.CharField(max_length=500, blank=True)
     kubeconfig_context = models.CharField(max_length=200, blank=True)
-    api_url = models.URLField(max_length=500, blank=True)
+    api_url = models.CharField(max_length=500, blank=True, validators=[check_api_url])
     # A secret: prefer bearer_token_file (a mounted secret) to keep it out of the database.
     bearer_token = models.CharField(max_length=4096, blank=True)
     bearer_token_file = models.CharField(max_length=500, blank=True)
@@ -412,11 +423,11 @@ class NamespaceUsage(models.Model):
         ]
 
 
-_LABEL_KEY_RE = re.compile(
+LABEL_KEY = re.compile(
     r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
     r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 )
-_LABEL_VALUE_RE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
+LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 
@@ -498,8 +509,8 @@ class GpuClass(models.Model):
                 isinstance(k, str)
                 and isinstance(v, str)
                 and len(k) <= 316
-                and _LABEL_KEY_RE.fullmatch(k)
-                and _LABEL_VALUE_RE.fullmatch(v)
+                and LABEL_KEY.fullmatch(k)
+                and LABEL_VALUE.fullmatch(v)
                 for k, v in sel.items()
             )
         ):

@@ -10,7 +10,10 @@ show them live.
 
 from __future__ import annotations
 
+import re
+
 from django.urls import path
+from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiExample,
@@ -24,7 +27,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.parsers import JSONParser
+from portal.fields import StrictInput
 
 from .catalog import PRODUCTS, Product, UnknownProduct, resolve_product
 from .layout import STRATEGIES, input_errors, place, resources_for, validate_node_layout
@@ -56,15 +59,26 @@ class MigProductSerializer(serializers.Serializer):
         return MigProfileSerializer(list(product.profiles.values()), many=True).data
 
 
-@extend_schema_field({"type": "object", "additionalProperties": {"type": "integer", "minimum": 1}})
+def _integral_float(value: object) -> bool:
+    return isinstance(value, float) and value.is_integer()
+
+
+@extend_schema_field({"type": "object", "minProperties": 1,
+                      "additionalProperties": {"type": "integer", "minimum": 1}})  # fmt: skip
 class _Layout(serializers.DictField):
     """``{profile: instances}``: any JSON object here; counts are checked by the validator
     so every bad count is reported, with bools and "2" refused (DRF would coerce them)."""
 
     child = serializers.JSONField()
 
+    def to_internal_value(self, data):
+        layout = super().to_internal_value(data)
+        # JSON Schema's integers include 2.0: read it as 2 (DRF's IntegerField does too).
+        return {name: int(count) if _integral_float(count) else count
+                for name, count in layout.items()}  # fmt: skip
 
-class MigLayoutSerializer(serializers.Serializer):
+
+class MigLayoutSerializer(StrictInput, serializers.Serializer):
     product = serializers.CharField(
         help_text="Short name (A100-80GB) or GFD gpu.product label (NVIDIA-A100-SXM4-80GB)."
     )
@@ -86,6 +100,30 @@ class MigLayoutSerializer(serializers.Serializer):
         if errors:
             raise serializers.ValidationError({"layout": errors})
         return attrs
+
+
+def _one_of(*names: str) -> str:
+    # A pattern, not an enum: drf-spectacular would make each enum a component.
+    return "^(?:" + "|".join(re.sub(r"([.+])", r"\\\1", name) for name in names) + ")$"
+
+
+class MigLayoutSchema(OpenApiSerializerExtension):
+    """The schema names, per product, the profiles its layout may hold (``input_errors``
+    refuses others): one ``anyOf`` branch per catalog product, by its names."""
+
+    target_class = MigLayoutSerializer
+
+    def map_serializer(self, auto_schema, direction):
+        schema = auto_schema._map_basic_serializer(self.target, direction)
+        if direction == "request":
+            schema["anyOf"] = [
+                {"properties": {
+                    "product": {"pattern": _one_of(product.name, *product.gfd_products)},
+                    "layout": {"propertyNames": {"pattern": _one_of(*product.profile_names())}},
+                }}
+                for product in PRODUCTS.values()
+            ]  # fmt: skip
+        return schema
 
 
 class MigPlacementSerializer(serializers.Serializer):
@@ -143,8 +181,6 @@ class MigProfilesView(APIView):
 
 class LayoutValidateView(APIView):
     """Whether a layout fits on one GPU, and why not."""
-
-    parser_classes = [JSONParser]  # a layout is a JSON object; forms cannot carry one
 
     @extend_schema(
         operation_id="mig_layouts_validate",

@@ -21,7 +21,7 @@ from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 
 from inventory.models import Node
-from portal.parsers import JSONParser
+from portal.fields import StrictInput
 from quotas.api import Conflict, TeamScopedViewSet, domain_errors
 from quotas.models import TeamNamespace
 from quotas.scoping import visible_to
@@ -107,7 +107,7 @@ class MigRequestDetailSerializer(MigRequestSerializer):
         return ProposalSerializer(services.propose_nodes(req), many=True).data
 
 
-class MigRequestCreateSerializer(serializers.Serializer):
+class MigRequestCreateSerializer(StrictInput, serializers.Serializer):
     team = VisibleTeamField()
     namespace = serializers.CharField(max_length=63, help_text="the team namespace's id or name")
     cluster = serializers.CharField(
@@ -155,17 +155,17 @@ class MigRequestCreateSerializer(serializers.Serializer):
         }  # fmt: skip
 
 
-class MigApproveSerializer(serializers.Serializer):
+class MigApproveSerializer(StrictInput, serializers.Serializer):
     node = serializers.CharField(max_length=253, help_text="node name (see proposals)")
     drain_policy = enum(MigRequest.DrainPolicy)
     note = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
 
 
-class MigRejectSerializer(serializers.Serializer):
+class MigRejectSerializer(StrictInput, serializers.Serializer):
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
 
 
-class MigCancelSerializer(serializers.Serializer):
+class MigCancelSerializer(StrictInput, serializers.Serializer):
     note = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
 
 
@@ -217,7 +217,6 @@ class MigRequestViewSet(
     )
     filterset_class = MigRequestFilter
     # layout and requests are objects: forms cannot carry them; JSON only (#24).
-    parser_classes = [JSONParser]
     ordering_fields = ["created_at", "status"]
     ordering = ["-created_at"]
     admin_actions = frozenset({"approve", "reject", "revert"})

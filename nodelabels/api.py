@@ -13,7 +13,7 @@ from rest_framework import exceptions, permissions, serializers, status, viewset
 from rest_framework.response import Response
 
 from inventory.models import Cluster
-from portal.parsers import JSONParser
+from portal.fields import StrictInput
 
 from . import services
 from .models import LabelSet
@@ -34,7 +34,7 @@ class NodeSyncSerializer(serializers.Serializer):
     error = serializers.CharField()
 
 
-class LabelSetSerializer(serializers.ModelSerializer):
+class LabelSetSerializer(StrictInput, serializers.ModelSerializer):
     cluster = serializers.SlugRelatedField(slug_field="slug", queryset=Cluster.objects.all())
     labels = serializers.DictField(
         child=serializers.CharField(allow_blank=True, max_length=255),
@@ -101,7 +101,6 @@ class LabelSetViewSet(viewsets.ModelViewSet):
     serializer_class = LabelSetSerializer
     permission_classes = [permissions.IsAuthenticated, IsStaffOrReadOnly]
     # labels is an object: a form cannot carry one, so the schema offers JSON only (#24).
-    parser_classes = [JSONParser]
     filterset_fields = ["cluster__slug", "enabled"]
     ordering_fields = ["name", "created_at", "updated_at"]
     ordering = ["cluster__name", "name"]

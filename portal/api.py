@@ -15,11 +15,12 @@ from rest_framework.response import Response
 from rest_framework.throttling import SimpleRateThrottle
 
 from .auth import PasswordInBody
+from .fields import StrictInput
 from .models import ApiToken
 from .signin import client_ip, lockout
 
 
-class TokenRequestSerializer(serializers.Serializer):
+class TokenRequestSerializer(StrictInput, serializers.Serializer):
     username = serializers.CharField(max_length=150)
     password = serializers.CharField(max_length=256, style={"input_type": "password"})
     name = serializers.CharField(max_length=100, required=False, default="api")

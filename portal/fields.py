@@ -64,3 +64,35 @@ class TextField(serializers.CharField):
         if not isinstance(data, str):
             self.fail("invalid")
         return super().to_internal_value(data)
+
+
+# Names echoed back in an error about unknown keys: a key can be as long as the body.
+_SHOWN_KEYS, _SHOWN_KEY_LENGTH = 20, 64
+
+
+class StrictInput:
+    """A request body holds only the fields the operation writes (#24 finding 9).
+
+    DRF drops keys a serializer does not declare, so a misspelt optional field
+    (``"end_at"``) is silently a request without an end. Mixed into every request
+    serializer: an unknown or read-only key is a 400 naming it, and the schema says
+    ``additionalProperties: false`` for these bodies (``portal.rest``).
+    """
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            writable = {field.field_name for field in self._writable_fields}
+            unknown = [key for key in data if key not in writable]
+            if unknown:
+                known = ", ".join(sorted(writable)) or "none"
+                errors = {}
+                for key in unknown[:_SHOWN_KEYS]:
+                    name = key if len(key) <= _SHOWN_KEY_LENGTH else key[:_SHOWN_KEY_LENGTH] + "…"
+                    read_only = key in self.fields
+                    errors[name] = [
+                        "Read-only: leave it out of the body."
+                        if read_only
+                        else f"Unknown field. This operation takes: {known}."
+                    ]
+                raise serializers.ValidationError(errors)
+        return super().to_internal_value(data)

@@ -5,12 +5,18 @@ Kept free of view imports: DRF imports these while it is still importing itself.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from rest_framework import exceptions
+from rest_framework.exceptions import ErrorDetail
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.views import exception_handler as drf_exception_handler
+
+from .validation import CONFLICT, NOT_FOUND
 
 
 class Pagination(PageNumberPagination):
@@ -63,6 +69,42 @@ def _whole(text: str) -> bool:
     return text.isascii() and text.isdecimal()
 
 
+def _leaf_codes(codes) -> Iterator[str]:
+    if isinstance(codes, dict):
+        for value in codes.values():
+            yield from _leaf_codes(value)
+    elif isinstance(codes, list):
+        for value in codes:
+            yield from _leaf_codes(value)
+    else:
+        yield codes
+
+
+def validation_status(exc: exceptions.ValidationError) -> int:
+    codes = set(_leaf_codes(exc.get_codes()))
+    if codes and codes <= {NOT_FOUND}:
+        return 404
+    if codes and codes <= {NOT_FOUND, CONFLICT, "unique"}:
+        return 409
+    return 400
+
+
+def drf_detail(exc: DjangoValidationError, recode: dict[str, str] | None = None) -> dict | list:
+    """Django's messages as DRF's, with their codes (``recode`` renames some)."""
+    recode = recode or {}
+
+    def details(errors) -> list[ErrorDetail]:
+        return [
+            ErrorDetail(text, code=recode.get(error.code, error.code))
+            for error in errors
+            for text in error
+        ]
+
+    if hasattr(exc, "error_dict"):
+        return {field: details(errors) for field, errors in exc.error_dict.items()}
+    return details(exc.error_list)
+
+
 def exception_handler(exc, context):
     """DRF's handler, plus: every error body carries a human-readable ``detail``.
 
@@ -80,6 +122,8 @@ def exception_handler(exc, context):
     response = drf_exception_handler(exc, context)
     if response is None:
         return None
+    if isinstance(exc, exceptions.ValidationError):
+        response.status_code = validation_status(exc)
     if isinstance(exc, exceptions.ValidationError) and isinstance(response.data, dict):
         fields = [k for k in response.data if k != "non_field_errors"]
         summary = "Invalid input" + (f" in: {', '.join(fields)}." if fields else ".")
@@ -102,7 +146,11 @@ _COMMON_ERRORS = {
     "changed: try again as Retry-After says",
 }
 _PATH_ERRORS = {"404": "unknown, or not visible to you (or a page past the last one)"}
-_BODY_ERRORS = {"415": "unsupported Content-Type for the body"}
+_BODY_ERRORS = {
+    "404": "unknown, or not visible to you; or the body names an object that is (per field)",
+    "409": "valid, but the object's current state does not allow it (per field or in detail)",
+    "415": "unsupported Content-Type for the body (the API reads JSON)",
+}
 
 
 def document_common_errors(result, generator, request, public):
@@ -134,6 +182,7 @@ def document_common_errors(result, generator, request, public):
                 wanted.update(_PATH_ERRORS)
             if "requestBody" in operation:
                 wanted.update(_BODY_ERRORS)
+                _closed_body(operation["requestBody"], schemas)
             responses = operation["responses"]
             for code, description in wanted.items():
                 if code not in responses:
@@ -151,3 +200,12 @@ def document_common_errors(result, generator, request, public):
 
 
 NO_NUL = "^[^\\u0000]*$"
+
+
+def _closed_body(body: dict, schemas: dict) -> None:
+    """A request component holds only its properties (``portal.fields.StrictInput``)."""
+    for content in body.get("content", {}).values():
+        ref = content.get("schema", {}).get("$ref", "")
+        component = schemas.get(ref.rsplit("/", 1)[-1]) if ref else None
+        if component is not None and component.get("type") == "object":
+            component.setdefault("additionalProperties", False)

@@ -139,7 +139,7 @@ REST_FRAMEWORK = {
         "portal.filtering.StrictFilterBackend",
         "rest_framework.filters.OrderingFilter",
     ],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "portal.schema.PortalAutoSchema",
     "EXCEPTION_HANDLER": "portal.rest.exception_handler",
     "DEFAULT_THROTTLE_RATES": {"token": env.str("TOKEN_THROTTLE_RATE", default="30/min")},
 }
@@ -150,6 +150,9 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # 3.1: JSON Schema proper, so a schema can say what a body's keys may be
+    # (``propertyNames``: node label keys, MIG profiles; #24 finding 9).
+    "OAS_VERSION": "3.1.0",
     # Swagger UI served from our static files (sidecar), not a CDN.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
@@ -347,11 +350,10 @@ LOGGING = {
 
 # Hostile input answers 4xx, never 5xx (issue #11 section 2): portal/validation.py.
 # JSON bodies: bounded size (413), depth and no NUL / lone surrogates (400).
-REST_FRAMEWORK["DEFAULT_PARSER_CLASSES"] = [
-    "portal.parsers.JSONParser",
-    "rest_framework.parsers.FormParser",
-    "rest_framework.parsers.MultiPartParser",
-]
+# The API reads JSON only: forms cannot say null or nest, so a form body could not mean what
+# the schema promises (#24 finding 9); the pages post their forms to the HTML views.
+REST_FRAMEWORK["DEFAULT_PARSER_CLASSES"] = ["portal.parsers.JSONParser"]
+REST_FRAMEWORK["TEST_REQUEST_DEFAULT_FORMAT"] = "json"
 API_JSON_MAX_DEPTH = env.int("API_JSON_MAX_DEPTH", default=32)
 # NUL in URLs -> 400; oversized bodies on /api/ -> JSON 413 (after SecurityMiddleware).
 MIDDLEWARE.insert(1, "portal.middleware.InputGuardMiddleware")
@@ -359,6 +361,7 @@ MIDDLEWARE.insert(1, "portal.middleware.InputGuardMiddleware")
 SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"] = [
     "drf_spectacular.hooks.postprocess_schema_enums",
     "portal.rest.document_common_errors",
+    "portal.schema.any_value_may_be_null",
 ]
 
 # Sign-in throttling (issue #11 section 1): portal/signin/, docs/security.md "Sign-in".

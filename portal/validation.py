@@ -122,3 +122,33 @@ def loads_json(text: str | bytes, depth_limit: int | None = None) -> Any:
     except (ValueError, UnicodeDecodeError) as err:
         raise InputRefused(f"Not valid JSON: {err}") from err
     return check_tree(data, limit)
+
+
+# Error codes of validation messages that are not about the body's form (#24 finding 9). A
+# body naming an object that does not exist or that the caller cannot see (DRF's related
+# fields say "does_not_exist") answers 404, as the object's own URL would; a valid body
+# that the object's current state refuses answers 409 (``portal.rest.validation_status``), as
+# does a name already taken (Django's and DRF's "unique").
+# Raise ``ValidationError(message, code=NOT_FOUND)`` (Django's or DRF's) or
+# ``code=CONFLICT``; any other message among them keeps the whole answer a 400.
+NOT_FOUND, CONFLICT = "does_not_exist", "conflict"
+
+
+# White space as str.strip() removes it (Python's str.isspace()), spelt out for patterns: it
+# is not what \s means in JSON Schema's (ECMA) patterns ("\x1c" is white space to Python only).
+WHITE = (
+    "\\t\\n\\u000b\\f\\r\\u001c-\\u001f \\u0085\\u00a0\\u1680\\u2000-\\u200a"
+    "\\u2028\\u2029\\u202f\\u205f\\u3000"
+)
+
+
+# Text as DRF's CharField takes it (no NUL), and text with a visible character.
+TEXT, VISIBLE_TEXT = "^[^\\u0000]*$", f"^[^\\u0000]*[^\\u0000{WHITE}][^\\u0000]*$"
+
+
+def visible(message: str):
+    """A validator: the text holds a character that is not white space (the schema shows
+    its pattern, so "valid" means the same to a client as to the API)."""
+    from django.core.validators import RegexValidator
+
+    return RegexValidator(VISIBLE_TEXT, message)

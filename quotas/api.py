@@ -22,6 +22,8 @@ from rest_framework import exceptions, mixins, permissions, renderers, status, v
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from portal.rest import drf_detail
+
 from . import membership, preview, services
 from .filters import AuditEventFilter, GrantFilter, OperationFilter, QuotaRequestFilter
 from .models import (
@@ -65,13 +67,13 @@ class Conflict(exceptions.APIException):
 
 @contextmanager
 def domain_errors() -> Iterator[None]:
-    """Map the services' exceptions to API errors: field messages to 400, a refused
+    """Map the services' exceptions to API errors: field messages to 400 (404 or 409 by
+    their codes, portal.validation.NOT_FOUND and CONFLICT), a refused
     actor to 403, an illegal transition to 409."""
     try:
         yield
     except DjangoValidationError as exc:  # CapacityError included
-        detail = exc.message_dict if hasattr(exc, "error_dict") else exc.messages
-        raise exceptions.ValidationError(detail) from exc
+        raise exceptions.ValidationError(drf_detail(exc)) from exc
     except PermissionError as exc:
         raise exceptions.PermissionDenied(str(exc)) from exc
     except services.TransitionError as exc:
@@ -268,10 +270,10 @@ class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamScopedVi
     )
     def set_member_role(self, request, slug=None, username=None):
         team = self.get_object()
-        form = MemberRoleSerializer(data=request.data)
+        form = MemberRoleSerializer(data=request.data, partial=True)  # PATCH {}: no change
         form.is_valid(raise_exception=True)
         with domain_errors():
-            m = membership.set_role(team, username, form.validated_data["role"], request.user)
+            m = membership.set_role(team, username, form.validated_data.get("role"), request.user)
         return Response(MemberSerializer(m).data)
 
     @extend_schema(

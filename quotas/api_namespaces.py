@@ -15,6 +15,8 @@ from rest_framework.response import Response
 
 from inventory.kube import KubeError
 from inventory.models import Cluster
+from portal.fields import StrictInput
+from portal.validation import CONFLICT, NOT_FOUND
 
 from . import adoption, lowering, preview
 from .api import TeamScopedViewSet, _errors, domain_errors
@@ -24,18 +26,18 @@ from .serializers_limits import NamespaceLimitsSerializer
 # -- input ----------------------------------------------------------------------------
 
 
-class OnboardSerializer(serializers.Serializer):
+class OnboardSerializer(StrictInput, serializers.Serializer):
     team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all())
     cluster = serializers.SlugRelatedField(slug_field="slug", queryset=Cluster.objects.all())
     name = serializers.CharField(max_length=63, validators=[DNS_LABEL])
 
 
-class QuotaDecisionSerializer(serializers.Serializer):
+class QuotaDecisionSerializer(StrictInput, serializers.Serializer):
     quota = serializers.CharField(max_length=253, help_text="the foreign quota's name")
     note = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
 
 
-class ConfirmSerializer(serializers.Serializer):
+class ConfirmSerializer(StrictInput, serializers.Serializer):
     expected = serializers.DictField(
         child=serializers.IntegerField(min_value=0), required=False,
         help_text="the values you confirm (as in needs_confirmation); refused if changed",
@@ -90,7 +92,9 @@ class NamespaceViewSet(
     def _quota(self, ns, name: str) -> ForeignQuota:
         fq = ForeignQuota.objects.filter(Q(namespace=ns) & Q(name=name)).first()
         if fq is None:
-            raise exceptions.ValidationError({"quota": [f"No quota {name!r} recorded in {ns}."]})
+            raise exceptions.ValidationError(
+                {"quota": [f"No quota {name!r} recorded in {ns}."]}, code=NOT_FOUND
+            )
         return fq
 
     def _decide(self, request, act):
@@ -141,5 +145,5 @@ class NamespaceViewSet(
                 lowering.confirm_lowering(ns, request.user, expected=form.validated_data.get(
                     "expected"), note=form.validated_data["note"])  # fmt: skip
             except lowering.NothingToConfirm as err:
-                raise exceptions.ValidationError({"expected": [str(err)]}) from err
+                raise exceptions.ValidationError({"expected": [str(err)]}, code=CONFLICT) from err
         return Response(self._out(ns))

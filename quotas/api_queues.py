@@ -11,6 +11,8 @@ from drf_spectacular.utils import extend_schema, extend_schema_field, extend_sch
 from rest_framework import mixins, serializers
 from rest_framework.response import Response
 
+from portal.fields import StrictInput
+
 from . import kueue
 from .api import TeamScopedViewSet, _errors, domain_errors
 from .kueue_apply import set_queue_settings
@@ -80,7 +82,7 @@ class TeamQueueSerializer(serializers.ModelSerializer):
                 for ns, row in (tq.workloads or {}).items()}  # fmt: skip
 
 
-class QueueSettingsSerializer(serializers.Serializer):
+class QueueSettingsSerializer(StrictInput, serializers.Serializer):
     cohort = serializers.CharField(max_length=253, allow_blank=True, required=False)
     borrowing_limit = serializers.IntegerField(min_value=0, allow_null=True, required=False)
     lending_limit = serializers.IntegerField(min_value=0, allow_null=True, required=False)

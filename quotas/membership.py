@@ -22,6 +22,8 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.http import Http404
 
+from portal.validation import NOT_FOUND
+
 from . import notify
 from .audit import record
 from .models import Membership, Team
@@ -71,7 +73,9 @@ def find_user(username_or_email: str):
             )
         user = found[0] if found else None
     if user is None:
-        raise ValidationError({"user": NO_SUCH_USER.format(who=who)})
+        raise ValidationError(
+            {"user": ValidationError(NO_SUCH_USER.format(who=who), code=NOT_FOUND)}
+        )
     if not user.is_active:
         raise ValidationError({"user": f"The account {user.get_username()!r} is deactivated."})
     return user
@@ -139,13 +143,14 @@ def remove_member(team: Team, username: str, by) -> None:
                                   f"removed {username} (was {before['role']})")  # fmt: skip
 
 
-def set_role(team: Team, username: str, role: str, by) -> Membership:
-    """Make ``username`` a member or a manager of ``team`` (not demote its last manager)."""
+def set_role(team: Team, username: str, role: str | None, by) -> Membership:
+    """Make ``username`` a member or a manager of ``team`` (not demote its last manager).
+    No role (an empty PATCH) changes nothing and answers the membership as it is."""
     with transaction.atomic():
         team = _authorize(team, by)
-        role = _check_role(role)
+        role = None if role is None else _check_role(role)
         m = _membership(team, username)
-        if m.role == role:
+        if role is None or m.role == role:
             return m  # nothing changes: no audit row, no e-mail
         if m.role == Role.MANAGER and _managers(team) <= 1:
             raise MembershipConflict(LAST_MANAGER.format(user=username, team=team.name))

@@ -17,6 +17,8 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from inventory.models import GpuClass
+from portal.fields import StrictInput
+from portal.validation import NOT_FOUND
 
 from . import notify, services
 from .models import (
@@ -321,7 +323,7 @@ class AuditEventSerializer(serializers.ModelSerializer):
 # -- input ------------------------------------------------------------------------------
 
 
-class QuotaRequestCreateSerializer(serializers.Serializer):
+class QuotaRequestCreateSerializer(StrictInput, serializers.Serializer):
     """Parses a new request and resolves its references; ``services.submit`` validates.
 
     Renewals and releases take the namespace, resource and amount from ``target_grant``
@@ -439,7 +441,8 @@ class QuotaRequestCreateSerializer(serializers.Serializer):
         if not candidates:
             where = f" on cluster {cluster}" if cluster else ""
             raise serializers.ValidationError(
-                {"namespace": f"No namespace {value!r}{where} among your teams' namespaces."}
+                {"namespace": f"No namespace {value!r}{where} among your teams' namespaces."},
+                code=NOT_FOUND,
             )
         if len(candidates) > 1:
             clusters = ", ".join(sorted(ns.cluster.slug for ns in candidates))

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import uuid
 
-from django.core.validators import RegexValidator
 from rest_framework import serializers
+
+from portal.fields import StrictInput
+from portal.validation import NOT_FOUND, visible
 
 from .capacity import advertised_resources
 from .models import Membership, TeamNamespace
@@ -21,10 +23,11 @@ def enum(*args, **kwargs):
     return _enum(*args, **kwargs)
 
 
-class ApproveSerializer(serializers.Serializer):
+class ApproveSerializer(StrictInput, serializers.Serializer):
     amount = serializers.IntegerField(
-        required=False, allow_null=True, help_text="approve less than asked (default: all)"
-    )
+        required=False, allow_null=True, min_value=1,
+        help_text="approve less than asked (default: all); more than asked is a 409",
+    )  # fmt: skip
     ends_at = serializers.DateTimeField(
         required=False, allow_null=True, help_text="a shorter window (default: as asked)"
     )
@@ -34,17 +37,17 @@ class ApproveSerializer(serializers.Serializer):
 SAY_WHY = "Say why the request is rejected."
 
 
-class RejectSerializer(serializers.Serializer):
+class RejectSerializer(StrictInput, serializers.Serializer):
     # Required, with a visible character: what services.reject refuses otherwise, now in the
     # schema too (it said optional, default "": schemathesis' valid data was refused; #24).
     reason = serializers.CharField(
         max_length=2000, trim_whitespace=False, help_text="why, for the requester to read",
-        validators=[RegexValidator(r"\S", SAY_WHY)],
+        validators=[visible(SAY_WHY)],
         error_messages={"required": SAY_WHY, "blank": SAY_WHY},
     )  # fmt: skip
 
 
-class CancelSerializer(serializers.Serializer):
+class CancelSerializer(StrictInput, serializers.Serializer):
     note = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
 
 
@@ -54,7 +57,7 @@ class ErrorSerializer(serializers.Serializer):
     detail = serializers.CharField()
 
 
-class BaselineSerializer(serializers.Serializer):
+class BaselineSerializer(StrictInput, serializers.Serializer):
     namespace = serializers.CharField(help_text="the team namespace's id or name", max_length=63)
     resource = serializers.CharField(max_length=100)
     amount = serializers.IntegerField(min_value=0, max_value=100_000)
@@ -68,7 +71,9 @@ class BaselineSerializer(serializers.Serializer):
             match = qs.filter(name=value)
         found = list(match[:2])
         if len(found) != 1:
-            raise serializers.ValidationError(f"No single namespace {value!r} in team {team.slug}.")
+            raise serializers.ValidationError(
+                f"No single namespace {value!r} in team {team.slug}.", code=NOT_FOUND
+            )
         return found[0]
 
     def validate(self, attrs: dict) -> dict:
@@ -114,7 +119,7 @@ class OutlookSerializer(serializers.Serializer):
 # -- team members (issue #12 section 1; rules in quotas/membership.py) ------------------
 
 
-class MemberAddSerializer(serializers.Serializer):
+class MemberAddSerializer(StrictInput, serializers.Serializer):
     user = serializers.CharField(
         max_length=254,
         help_text="username or e-mail address of an existing account (people get one when "
@@ -123,5 +128,5 @@ class MemberAddSerializer(serializers.Serializer):
     role = enum(Membership.Role, default=Membership.Role.MEMBER)
 
 
-class MemberRoleSerializer(serializers.Serializer):
+class MemberRoleSerializer(StrictInput, serializers.Serializer):
     role = enum(Membership.Role)

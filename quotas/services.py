@@ -16,6 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from inventory.models import GpuClass, is_gpu_resource
+from portal.validation import CONFLICT
 
 from . import audit, notify, preview
 from .apply import enqueue_apply
@@ -312,14 +313,15 @@ def approve(
                 "window is fine) or reject it and ask for a smaller new grant."
             )})  # fmt: skip
         if amount < 1 or amount > req.amount:
-            raise ValidationError({"amount": f"Approve between 1 and {req.amount}."})
+            raise ValidationError({"amount": ValidationError(
+                f"Approve between 1 and {req.amount}.", code=CONFLICT)})  # fmt: skip
         window_end = req.ends_at if ends_at is None else ends_at
         if ends_at is not None and (
             ends_at <= req.starts_at or (req.ends_at is not None and ends_at > req.ends_at)
         ):
-            raise ValidationError(
-                {"ends_at": "A shorter window only: after the start, not after the request's end."}
-            )
+            raise ValidationError({"ends_at": ValidationError(
+                "A shorter window only: after the start, not after the request's end.",
+                code=CONFLICT)})  # fmt: skip
         room = free(cluster, req.gpu_class, req.resource, req.starts_at, window_end,
                     namespace=req.namespace.name)  # fmt: skip
         if amount > room.free:

@@ -30,6 +30,8 @@ from rest_framework.views import APIView
 
 from inventory.filters import StrictBooleanFilter
 from inventory.models import Cluster, Node
+from portal.fields import StrictInput
+from portal.validation import NOT_FOUND
 
 from . import tokens
 from .consistency import inventory_errors
@@ -148,7 +150,7 @@ class IssuedNodeTokenSerializer(NodeTokenSerializer):
         fields = [*NodeTokenSerializer.Meta.fields, "token"]
 
 
-class NodeTokenCreateSerializer(serializers.Serializer):
+class NodeTokenCreateSerializer(StrictInput, serializers.Serializer):
     node = serializers.CharField(max_length=253, help_text="node id or name")
     cluster = serializers.SlugField(
         required=False, max_length=63, help_text="cluster slug, when the name is ambiguous"
@@ -163,11 +165,13 @@ class NodeTokenCreateSerializer(serializers.Serializer):
             match = Q(name=attrs["node"])
         if attrs.get("cluster"):
             if not Cluster.objects.filter(slug=attrs["cluster"]).exists():
-                raise serializers.ValidationError({"cluster": "No such cluster."})
+                raise serializers.ValidationError({"cluster": "No such cluster."}, code=NOT_FOUND)
             nodes = nodes.filter(cluster__slug=attrs["cluster"])
         found = list(nodes.filter(match)[:2])
         if not found:
-            raise serializers.ValidationError({"node": "No such node (present in inventory)."})
+            raise serializers.ValidationError(
+                {"node": "No such node (present in inventory)."}, code=NOT_FOUND
+            )
         if len(found) > 1:
             raise serializers.ValidationError(
                 {"cluster": "The node name exists in several clusters: give the cluster."}

@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from django.conf import settings
 
@@ -82,17 +81,36 @@ def read_token(path: str) -> str:
     return text.decode("ascii")
 
 
+# An API server URL: a host name or IPv4 address, an optional port (1-65535) and path. No
+# user-info (the token is the credential), no white space. The OpenAPI schema states the
+# same pattern (inventory/api.py), so what the schema allows is what is accepted (#24).
+_HOST = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,252}[A-Za-z0-9])?"
+_PORT = (
+    r"(?::(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}"
+    r"|[1-9][0-9]{0,3}))?"
+)
+_REST = r"(?:[/?#][^\s\x00]*)?"
+
+
+def api_url_pattern() -> str:
+    """The URLs a token may be sent to: https, or http to a host in CLUSTER_HTTP_HOSTS."""
+    http = [re.escape(host) for host in sorted(settings.CLUSTER_HTTP_HOSTS) if host]
+    schemes = f"https://{_HOST}" + (f"|http://(?:{'|'.join(http)})" if http else "")
+    return f"^(?:{schemes}){_PORT}{_REST}$"
+
+
 def url_problem(url: str) -> str | None:
     """Why the portal will not send a token to ``url``, or None when it may."""
-    parts = urlsplit(url)
-    if parts.scheme == "https":
+    if re.fullmatch(api_url_pattern(), url):
         return None
-    allowed = {host.lower() for host in settings.CLUSTER_HTTP_HOSTS}
-    if parts.scheme == "http" and (parts.hostname or "") in allowed:
-        return None
-    if parts.scheme == "http":
-        return (
-            "Use an https:// URL: the token would travel in clear text (an operator may allow "
-            f"http for a test cluster's host in CLUSTER_HTTP_HOSTS; {parts.hostname} is not)."
-        )
-    return "Use an https:// URL."
+    if url.startswith("http://"):
+        host = url.split("://", 1)[1].split("/", 1)[0].rsplit("@", 1)[-1].split(":", 1)[0]
+        if host.lower() not in {h.lower() for h in settings.CLUSTER_HTTP_HOSTS}:
+            return (
+                "Use an https:// URL: the token would travel in clear text (an operator may "
+                f"allow http for a test cluster's host in CLUSTER_HTTP_HOSTS; {host} is not)."
+            )
+    return (
+        "Use an https:// URL of the API server: a host name or IPv4 address, an optional "
+        "port (1-65535) and path; no user name or white space."
+    )

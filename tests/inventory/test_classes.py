@@ -105,22 +105,22 @@ def test_admins_write_classes_with_validation_never_a_500(cluster, admin_api):
     url = "/api/v1/gpu-classes/"
     ok = {"cluster": "prod", "slug": "hopper", "name": "Hopper",
           "selector": {"nvidia.com/gpu.family": "hopper"}, "weight": "2.5"}  # fmt: skip
-    for change, field in [
-        ({"weight": "-1"}, "weight"),
-        ({"selector": {}}, "selector"),
-        ({"selector": "hopper"}, "selector"),
-        ({"cluster": "nope"}, "cluster"),
-        ({"slug": "Not A Slug"}, "slug"),
-        ({"slug": "nvidia-h100-80gb-hbm3"}, "non_field_errors"),  # taken on prod
+    for change, field, status in [
+        ({"weight": "-1"}, "weight", 400),
+        ({"selector": {}}, "selector", 400),
+        ({"selector": "hopper"}, "selector", 400),
+        ({"cluster": "nope"}, "cluster", 404),  # a body naming no cluster
+        ({"slug": "Not A Slug"}, "slug", 400),
+        ({"slug": "nvidia-h100-80gb-hbm3"}, "non_field_errors", 409),  # taken on prod
     ]:
         r = admin_api.post(url, {**ok, **change}, format="json")
-        assert r.status_code == 400 and field in r.json(), (change, r.content)
+        assert r.status_code == status and field in r.json(), (change, r.content)
     r = admin_api.post(url, ok, format="json")
     assert r.status_code == 201, r.content
     assert (r.json()["derived"], r.json()["node_count"], r.json()["weight"]) == (False, 1, "2.5000")
     pk = r.json()["id"]
     r = admin_api.patch(f"{url}{pk}/", {"name": "Hopper GPUs", "slug": "other"}, format="json")
-    assert r.status_code == 400 and "slug" in r.json()
+    assert r.status_code == 409 and "slug" in r.json()  # fixed once the class exists
     r = admin_api.patch(f"{url}{pk}/", {"name": "Hopper GPUs"}, format="json")
     assert r.status_code == 200 and r.json()["name"] == "Hopper GPUs"
     assert AuditEvent.objects.filter(action="gpu_class.changed", object_id=pk).exists()

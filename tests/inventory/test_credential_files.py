@@ -35,8 +35,10 @@ def token_cluster(api_url: str, token_file: str | Path, **fields) -> dict:
             "bearer_token_file": str(token_file), **fields}  # fmt: skip
 
 
-def field_error(response, field: str) -> str:
-    assert response.status_code == 400, response.content
+def field_error(response, field: str, status: int) -> str:
+    """The message under ``field``: a file the portal may not or cannot read is one it
+    does not find (404), a file that does not hold a credential a conflict (409)."""
+    assert response.status_code == status, response.content
     body = response.json()
     assert field in body, body
     return " ".join(body[field])
@@ -52,7 +54,7 @@ def field_error(response, field: str) -> str:
 )
 def test_a_token_file_outside_the_credential_directories_is_refused(admin_api, path):
     response = admin_api.post(URL, token_cluster("https://10.0.0.1:6443", path), format="json")
-    assert "outside the directories" in field_error(response, "bearer_token_file")
+    assert "outside the directories" in field_error(response, "bearer_token_file", 404)
     assert not Cluster.objects.exists()
 
 
@@ -62,7 +64,7 @@ def test_no_link_or_dotdot_leaves_the_directories(admin_api, tmp_path):
     escape = f"{tmp_path}/../../../../../../etc/hostname"
     for path in (link, escape):
         response = admin_api.post(URL, token_cluster("https://10.0.0.1", path), format="json")
-        assert "outside the directories" in field_error(response, "bearer_token_file")
+        assert "outside the directories" in field_error(response, "bearer_token_file", 404)
 
 
 def test_a_kubeconfig_outside_the_directories_is_refused_and_bad_yaml_is_not_quoted(
@@ -70,11 +72,11 @@ def test_a_kubeconfig_outside_the_directories_is_refused_and_bad_yaml_is_not_quo
 ):
     data = {"slug": "kc", "name": "Kc", "auth_method": "kubeconfig"}
     response = admin_api.post(URL, {**data, "kubeconfig_path": "/etc/passwd"}, format="json")
-    assert "outside the directories" in field_error(response, "kubeconfig_path")
+    assert "outside the directories" in field_error(response, "kubeconfig_path", 404)
     bad = tmp_path / "kc"
     bad.write_text(f"apiVersion: v1\nusers: [{{token: {SECRET}\n")
     response = admin_api.post(URL, {**data, "kubeconfig_path": str(bad)}, format="json")
-    message = field_error(response, "kubeconfig_path")
+    message = field_error(response, "kubeconfig_path", 409)
     assert "not valid YAML" in message
     assert SECRET not in response.content.decode()
 
@@ -92,7 +94,7 @@ def test_a_token_file_holds_one_token(admin_api, tmp_path, content, says):
     path = tmp_path / "token"
     path.write_text(content)
     response = admin_api.post(URL, token_cluster("https://10.0.0.1", path), format="json")
-    assert says in field_error(response, "bearer_token_file")
+    assert says in field_error(response, "bearer_token_file", 409)
     assert SECRET not in response.content.decode()
 
 
@@ -109,14 +111,19 @@ def test_a_token_file_in_the_directories_connects(sim, admin_api, tmp_path):
 def test_http_only_for_a_host_the_operator_allowed(settings):
     cluster = Cluster(slug="x", auth_method="token", bearer_token="t", verify_tls=False,
                       api_url="http://127.0.0.1:8080")  # fmt: skip
+
+    def api_url_error() -> str:
+        return credential_errors(cluster)["api_url"].message
+
     # Unticking TLS verification no longer allows http: the token would travel in clear.
-    assert "CLUSTER_HTTP_HOSTS" in credential_errors(cluster)["api_url"]
+    assert "CLUSTER_HTTP_HOSTS" in api_url_error()
     settings.CLUSTER_HTTP_HOSTS = ["127.0.0.1"]
     assert "api_url" not in credential_errors(cluster)
     cluster.api_url = "http://evil.example.org/"
-    assert "evil.example.org is not" in credential_errors(cluster)["api_url"]
-    cluster.api_url = "ftp://127.0.0.1/"
-    assert "https://" in credential_errors(cluster)["api_url"]
+    assert "evil.example.org is not" in api_url_error()
+    for refused in ("ftp://127.0.0.1/", "https://user@host/", "https://host:65536/", "https://"):
+        cluster.api_url = refused
+        assert "https://" in api_url_error(), refused
 
 
 def test_a_stored_cluster_is_held_to_the_same_rules_without_quoting_its_file(sim, tmp_path, caplog):

@@ -223,7 +223,9 @@ def test_schema_has_both_paths(researcher_api):
 
 
 def test_validate_takes_json_only(researcher_api):
-    """A layout is an object; a form post cannot carry one."""
-    response = researcher_api.post(VALIDATE, {"product": "A100-80GB", "layout": "x"})
+    """A layout is an object; a form post cannot carry one (the API reads JSON only)."""
+    response = researcher_api.post(
+        VALIDATE, {"product": "A100-80GB", "layout": "x"}, format="multipart"
+    )
     assert response.status_code == 415
     assert "detail" in response.json()

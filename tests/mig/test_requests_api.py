@@ -122,10 +122,10 @@ def test_scoping_other_team_sees_nothing(world):
     assert world.olga.get(f"{URL}{rid}/").status_code == 404
     assert world.olga.post(f"{URL}{rid}/cancel/", {}, format="json").status_code == 404
     r = world.olga.post(URL, body(), format="json")  # another team: as if unknown
-    assert r.status_code == 400 and "among your teams" in str(r.json()["team"])
+    assert r.status_code == 404 and "among your teams" in str(r.json()["team"])
     assert "namespace" not in r.json()
     r = world.olga.post(URL, body(namespace="nlp-research"), format="json")  # not her team
-    assert r.status_code == 400 and "among your teams" in str(r.json()["team"])
+    assert r.status_code == 404 and "among your teams" in str(r.json()["team"])
     assert world.rob.get(URL).json()["count"] == 1
     assert world.admin.get(URL, {"team": "vision"}).json()["count"] == 1
     assert world.admin.get(URL, {"status": "approved"}).json()["count"] == 0

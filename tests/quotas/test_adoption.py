@@ -240,7 +240,7 @@ def test_adopting_a_scoped_quota_is_refused_and_keep_is_recorded(client, demo):
     assert scoped.status_code == 400 and "binds only pods with" in scoped.json()["quota"][0]
     assert not Grant.objects.filter(namespace=ns).exists()
     unknown = api.post(url + "adopt/", {"quota": "nope"}, format="json")
-    assert unknown.status_code == 400
+    assert unknown.status_code == 404  # no such quota in the namespace
     member = api_for(demo["alice"]).post(url + "keep/", {"quota": "gpu-quota"}, format="json")
     assert member.status_code == 403
     kept = api.post(url + "keep/", {"quota": "gpu-quota", "note": "finance owns it"},
@@ -374,14 +374,16 @@ def test_expiry_below_usage_warns_and_does_not_apply_silently(client, demo, mail
     api = api_for(demo["admin"])
     wrong = api.post(url + "confirm-lowering/", {"expected": {f"requests.{GPU}": 1}},
                      format="json")  # fmt: skip
-    assert wrong.status_code == 400 and "changed since" in wrong.json()["expected"][0]
+    assert wrong.status_code == 409 and "changed since" in wrong.json()["expected"][0]
     member = api_for(demo["alice"]).post(url + "confirm-lowering/", {}, format="json")
     assert member.status_code == 403
     ok = api.post(url + "confirm-lowering/", {"expected": {f"requests.{GPU}": 2}}, format="json")
     assert ok.status_code == 200 and ok.json()["needs_confirmation"] == {}
     assert run_operation(op.pk) == "succeeded"
     assert portal_hard(core)[f"requests.{GPU}"] == "2"
-    assert api.post(url + "confirm-lowering/", {}, format="json").status_code == 400
+    assert (
+        api.post(url + "confirm-lowering/", {}, format="json").status_code == 409
+    )  # nothing waits any more
 
 
 def test_release_page_warns_before_lowering_below_usage(client, demo):

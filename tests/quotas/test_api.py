@@ -142,10 +142,12 @@ NOW = timezone.now  # evaluated per test through the lambdas below
         ({"resource": None}, "resource", "This field is required."),
     ],
 )
-def test_create_rules_give_400_with_the_field_message(world, rob, change, field, message):
+def test_create_rules_give_4xx_with_the_field_message(world, rob, change, field, message):
     change = {k: (v().isoformat() if callable(v) else v) for k, v in change.items()}
     r = rob.post("/api/v1/quota-requests/", body(**change), format="json")
-    assert r.status_code == 400
+    # A team or namespace you cannot see is one that does not exist to you: 404, with its
+    # message per field (portal.validation.NOT_FOUND).
+    assert r.status_code == (404 if message.startswith(("No team", "No namespace")) else 400)
     data = r.json()
     assert data["detail"] and field in data["detail"]
     assert any(message in m for m in data[field]), data
@@ -263,7 +265,8 @@ def test_admin_approves_a_smaller_amount(world, rob, admin):
     r = admin.post(
         f"/api/v1/quota-requests/{too_many['id']}/approve/", {"amount": 3}, format="json"
     )
-    assert r.status_code == 400 and r.json()["amount"] == ["Approve between 1 and 2."]
+    # a valid amount, more than this request asked: its state refuses it (409)
+    assert r.status_code == 409 and r.json()["amount"] == ["Approve between 1 and 2."]
 
 
 def test_approving_beyond_capacity_is_400_with_the_reason(world, rob, admin):
@@ -534,7 +537,7 @@ def test_admin_sets_replaces_and_removes_a_baseline(world, admin, rob, olga):
     r = admin.post(url, {"namespace": "vision-train", "resource": GPU, "amount": 17}, format="json")
     assert r.status_code == 400 and "Only 16" in r.json()["amount"][0]
     r = admin.post(url, {"namespace": "nlp-main", "resource": GPU, "amount": 1}, format="json")
-    assert r.status_code == 400 and "namespace" in r.json()
+    assert r.status_code == 404 and "namespace" in r.json()  # another team's: not found
     r = admin.post(url, {"namespace": "vision-train", "resource": "nvidia.com/mig-7g.80gb",
                          "amount": 1}, format="json")  # fmt: skip
     assert r.status_code == 400 and "resource" in r.json()

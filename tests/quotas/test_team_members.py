@@ -136,7 +136,7 @@ def test_another_teams_manager_gets_the_404_of_an_unknown_team(w):
 def test_adding_refuses_unknown_inactive_and_existing_members(w, on_commit):
     api, url = api_for(w.mia), MEMBERS.format("vision")
     r = api.post(url, {"user": "ghost"}, format="json")
-    assert r.status_code == 400 and "must sign in to the portal once first" in r.json()["user"][0]
+    assert r.status_code == 404 and "must sign in to the portal once first" in r.json()["user"][0]
     r = api.post(url, {"user": "nina", "role": "owner"}, format="json")
     assert r.status_code == 400 and "role" in r.json()
     r = api.post(url, {"user": "rob"}, format="json")

@@ -50,9 +50,9 @@ def test_issue_by_node_id_and_cluster(admin_api, node):
     assert r.status_code == 201 and r.json()["node_id"] == str(node.pk)
     r = admin_api.post(URL, {"node": str(node.pk)}, format="json")
     assert r.status_code == 201 and r.json()["cluster"] == "lab"
-    assert admin_api.post(URL, {"node": "nope"}, format="json").status_code == 400
+    assert admin_api.post(URL, {"node": "nope"}, format="json").status_code == 404
     r = admin_api.post(URL, {"node": "a100-00", "cluster": "nope"}, format="json")
-    assert r.status_code == 400 and "cluster" in r.json()
+    assert r.status_code == 404 and "cluster" in r.json()  # a body naming no cluster
 
 
 def test_gone_node_gets_no_token(admin_api, node):
@@ -60,7 +60,7 @@ def test_gone_node_gets_no_token(admin_api, node):
 
     node.gone_at = timezone.now()
     node.save()
-    assert admin_api.post(URL, {"node": "a100-00"}, format="json").status_code == 400
+    assert admin_api.post(URL, {"node": "a100-00"}, format="json").status_code == 404
 
 
 def test_revoke_keeps_the_row_and_the_token_stops_working(admin_api, node):
