@@ -24,6 +24,7 @@ class Event(models.TextChoices):
     APPLIED = "applied", "quota applied"
     FAILED = "failed", "quota apply failed"
     EXPIRING = "expiring", "grant expiring soon"
+    STARTING = "starting", "booking starting soon"
     EXPIRED = "expired", "grant expired"
     CONFIRM = "confirm", "quota lowering needs confirmation (admins)"
     MIG_DECIDED = "mig_decided", "MIG request approved or rejected"

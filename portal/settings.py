@@ -245,6 +245,8 @@ QUOTA_MAX_DURATION_DAYS = env.int("QUOTA_MAX_DURATION_DAYS", default=90)
 # How far ahead a request may start (#24: a request starting in 2099 was accepted).
 QUOTA_MAX_START_DAYS = env.int("QUOTA_MAX_START_DAYS", default=365)
 QUOTA_REMINDER_DAYS = env.int("QUOTA_REMINDER_DAYS", default=3)
+# A booking (a grant that starts later) is announced to its team this long before its start.
+QUOTA_START_REMINDER_HOURS = env.int("QUOTA_START_REMINDER_HOURS", default=24)
 # State that tells the truth after a fault (issue #11 section 4): a claimed operation's
 # lease, renewed by a heartbeat every third of it (quotas/leases.py), so a dead worker's
 # operation is reclaimed within about this long; and members' pending requests per team.

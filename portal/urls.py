@@ -6,6 +6,7 @@ from rest_framework.routers import DefaultRouter
 from inventory import api as inventory_api
 from inventory import api_classes as inventory_api_classes
 from quotas import api as quotas_api
+from quotas import api_calendar as quotas_calendar_api
 from quotas import api_namespaces as quotas_namespaces_api
 from quotas import api_queues as quotas_queues_api
 
@@ -27,6 +28,8 @@ router.register("audit-events", quotas_api.AuditEventViewSet, basename="auditeve
 api_v1 = [
     path("auth/token/", api.issue_token, name="issue-token"),
     path("inventory/summary/", inventory_api.inventory_summary, name="inventory-summary"),
+    path("calendar/", quotas_calendar_api.CalendarView.as_view(), name="calendar"),
+    path("bookings/", quotas_calendar_api.BookingList.as_view(), name="bookings"),
     *router.urls,
 ]
 

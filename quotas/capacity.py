@@ -244,6 +244,12 @@ class Capacity:
         """Whether some unended grant reserves ``resource`` in the class (None: the pool)."""
         return bool(self.windows.get(_key(cluster_id, class_id, resource)))
 
+    def windows_of(self, cluster_id, gpu_class: GpuClass | None, resource: str) -> list:
+        """(start, end, amount) of the unended grants reserving ``resource`` in the class
+        (None: the pool), by start: the capacity calendar splits them (quotas/calendar.py)."""
+        class_id = gpu_class.pk if gpu_class else POOL
+        return self.windows.get(_key(cluster_id, class_id, resource), [])
+
     def _figure(self, cluster_id, class_id, resource, start, end, namespace) -> Headroom:
         key = _key(cluster_id, class_id, resource)
         alloc = self.alloc.get(key, 0)

@@ -222,7 +222,8 @@ class Grant(models.Model):
     # request's apply failed for good) or at its end (expired).
     ended_at = models.DateTimeField(null=True, blank=True)
     end_reason = models.CharField(max_length=20, blank=True)
-    reminder_sent_at = models.DateTimeField(null=True, blank=True)
+    reminder_sent_at = models.DateTimeField(null=True, blank=True)  # before its end
+    start_reminder_sent_at = models.DateTimeField(null=True, blank=True)  # before its start
     # True once an apply was queued with this grant counting (at approval when it starts
     # at once; by beat when its start arrives).
     start_applied = models.BooleanField(default=False)
@@ -486,6 +487,7 @@ class NotificationOptOut(models.Model):
         APPLIED = "applied", "quota applied"
         FAILED = "failed", "apply failed"
         EXPIRING = "expiring", "grant expiring soon"
+        STARTING = "starting", "booking starting soon"
         EXPIRED = "expired", "grant expired"
         CONFIRM = "confirm", "quota lowering below usage needs confirmation (admins)"
         COMMENT = "comment", "a comment on a request (yours, your team's, or one you commented on)"
@@ -501,4 +503,5 @@ class NotificationOptOut(models.Model):
         ]
 
 
+from .models_feeds import CalendarFeed  # noqa: E402,F401  (a model of this app, own module)
 from .models_kueue import TeamQueue  # noqa: E402,F401  (a model of this app, own module)

@@ -215,6 +215,23 @@ def grant_expiring(
     )  # fmt: skip
 
 
+def booking_starting(grant, now: datetime) -> None:
+    team = grant.namespace.team
+    people = [m.user for m in Membership.objects.filter(team=team).select_related("user")]
+    hours = max(1, round((grant.starts_at - now).total_seconds() / 3600))
+    kind = grant.gpu_class.name if grant.gpu_class else "any class"
+    send(
+        Kind.STARTING, people,
+        f"[GPU portal] {grant.amount} {grant.resource} in {grant.namespace} starts in {hours} h",
+        f"The booking of {grant.amount} x {grant.resource} ({kind}) in {grant.namespace} "
+        f"starts on {grant.starts_at:%Y-%m-%d %H:%M} UTC"
+        + (f" and ends on {grant.ends_at:%Y-%m-%d %H:%M} UTC." if grant.ends_at else ".")
+        + " The quota is applied at the start; release it on the team page if you no longer "
+        "need it.",
+        url=reverse("quotas:namespace", args=[grant.namespace_id]), team=team,
+    )  # fmt: skip
+
+
 def grant_expired(grant, lowering: dict | None = None, backend: str = "resourcequota") -> None:
     team = grant.namespace.team
     people = [m.user for m in Membership.objects.filter(team=team).select_related("user")]

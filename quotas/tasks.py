@@ -52,7 +52,7 @@ def redispatch_operations() -> int:
 def process_grant_windows() -> dict[str, int]:
     """Start grants whose window opened, end those whose window closed, send reminders."""
     now = timezone.now()
-    counts = {"started": 0, "expired": 0, "reminded": 0}
+    counts = {"started": 0, "expired": 0, "reminded": 0, "starting": 0}
     with transaction.atomic():
         namespaces: dict[str, set] = defaultdict(set)
         starting = Grant.objects.select_for_update(skip_locked=True).filter(
@@ -95,6 +95,17 @@ def process_grant_windows() -> dict[str, int]:
             grant.reminder_sent_at = now
             grant.save(update_fields=["reminder_sent_at"])
             counts["reminded"] += 1
+        # Bookings: the team hears before the start (issue #25 section 1), once.
+        starts = now + timedelta(hours=settings.QUOTA_START_REMINDER_HOURS)
+        booked = Grant.objects.select_for_update(skip_locked=True, of=("self",)).filter(
+            ended_at__isnull=True, start_reminder_sent_at__isnull=True, starts_at__gt=now,
+            starts_at__lte=starts,
+        )  # fmt: skip
+        for grant in booked.select_related("namespace__team", "namespace__cluster", "gpu_class"):
+            notify.booking_starting(grant, now)
+            grant.start_reminder_sent_at = now
+            grant.save(update_fields=["start_reminder_sent_at"])
+            counts["starting"] += 1
     return counts
 
 

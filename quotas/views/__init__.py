@@ -2,6 +2,7 @@
 
 from .account import notifications
 from .audit import audit, audit_export
+from .calendar_page import calendar, calendar_feed, calendar_feed_revoke, calendar_ics
 from .capacity_page import capacity
 from .members import team_member_remove, team_members
 from .namespaces import (
@@ -30,6 +31,10 @@ from .waiting import waiting
 __all__ = [
     "audit",
     "audit_export",
+    "calendar",
+    "calendar_feed",
+    "calendar_feed_revoke",
+    "calendar_ics",
     "capacity",
     "foreign_adopt",
     "foreign_keep",

@@ -66,7 +66,9 @@ def _submit(request: HttpRequest, form, data: services.RequestData):
     return None
 
 
-PREFILLED = ("resource", "gpu_class", "amount", "justification")
+# The calendar's "Book" adds the window (quotas/views/calendar_page.py).
+PREFILLED = ("resource", "gpu_class", "amount", "justification", "duration", "starts_at",
+             "ends_at")  # fmt: skip
 
 
 def _prefill(query) -> dict:
