@@ -100,9 +100,26 @@ def slots(
         e = s + length
         room = cap.free(cluster.pk, gpu_class, resource, s, e)
         granted, booked = _split(windows, s, e, cap.now)
-        yours = [m for m in marks if m.starts_at < e and (m.ends_at is None or m.ends_at > s)]
+        yours = _grouped(
+            m for m in marks if m.starts_at < e and (m.ends_at is None or m.ends_at > s)
+        )
         out.append(Slot(s, e, room.limit, granted, booked, room.free, yours))
     return out
+
+
+def _grouped(marks) -> list[Mark]:
+    """One mark per kind and namespace, amounts summed (two grants of a namespace are one
+    line: "vision/ml-vision: 24 granted"), from the earliest start to the latest end."""
+    groups: dict[tuple, Mark] = {}
+    for m in marks:
+        key = (m.kind, m.team, m.namespace)
+        if key in groups:
+            g = groups[key]
+            ends = None if m.ends_at is None or g.ends_at is None else max(m.ends_at, g.ends_at)
+            m = Mark(m.kind, m.team, m.namespace, g.amount + m.amount,
+                     min(m.starts_at, g.starts_at), ends, g.url)  # fmt: skip
+        groups[key] = m
+    return list(groups.values())
 
 
 # -- loading for one viewer --------------------------------------------------------------

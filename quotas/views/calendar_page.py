@@ -48,7 +48,7 @@ class CalendarQuery(forms.Form):
 
     def __init__(self, data, *, user):
         super().__init__(data)
-        cluster = self._cluster(data)
+        cluster = self._cluster(data, user)
         self.cluster = cluster
         if cluster is None:
             return
@@ -64,11 +64,15 @@ class CalendarQuery(forms.Form):
         self.fields["namespace"].label_from_instance = lambda ns: f"{ns.name} ({ns.team.slug})"
         self.resources = resources
 
-    @staticmethod
-    def _cluster(data) -> Cluster | None:
+    def _cluster(self, data, user) -> Cluster | None:
+        """The chosen cluster; by default the first where the user's teams have a
+        namespace (admins and people without one: the first)."""
         clusters = Cluster.objects.order_by("name")
         slug = data.get("cluster") if data else None
-        return (clusters.filter(slug=slug).first() if slug else None) or clusters.first()
+        if slug:
+            return clusters.filter(slug=slug).first() or clusters.first()
+        own = visible_to(TeamNamespace.objects.all(), user).values("cluster_id")
+        return (None if user.is_staff else clusters.filter(pk__in=own).first()) or clusters.first()
 
     def clean_start(self):
         start = self.cleaned_data.get("start")

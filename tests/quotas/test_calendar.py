@@ -227,3 +227,22 @@ def test_a_booking_is_announced_once_before_it_starts(world, mailoutbox, setting
             assert process_grant_windows()["starting"] == 1
     assert len([m for m in mailoutbox if "starts in" in m.subject]) == 1
     assert Notification.objects.filter(event="starting").count() == 2
+
+
+def test_two_grants_of_a_namespace_are_one_mark(world):
+    with time_machine.travel(NOW, tick=False):
+        make_grant(world["ns_v"], 3, days=1)
+        start = first_slot("day", NOW)
+        (first, *_) = calendar_for(world["alice"], world["cluster"], None, GPU, "day", start)
+        assert [(m.kind, m.namespace, m.amount) for m in first.yours] == [
+            ("granted", "ml-vision", 5)
+        ]
+        assert first.granted == 5
+
+
+def test_the_default_cluster_is_one_where_the_viewer_has_a_namespace(world, client):
+    make_cluster("aaa-first-by-name")
+    client.force_login(world["alice"])
+    page = client.get(reverse("quotas:calendar"))
+    assert page.context["cluster"].slug == "lab"
+    assert 'selected>ml-vision (vision)</option>' in page.content.decode()
