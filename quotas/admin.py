@@ -116,18 +116,19 @@ class TeamQueueAdmin(admin.ModelAdmin):
     """A team's Kueue ClusterQueue settings; saving audits and applies them
     (quotas/kueue_apply.py ``set_queue_settings``)."""
 
-    list_display = ["team", "cluster", "cohort", "borrowing_limit", "lending_limit", "status_at"]
+    list_display = ["team", "cluster", "cohort", "borrowing_limit", "lending_limit",
+                    "fair_weight", "reclaim_within_cohort", "status_at"]  # fmt: skip
     list_filter = ["cluster", "cohort"]
-    fields = ["team", "cluster", "cohort", "borrowing_limit", "lending_limit", "status",
-              "workloads", "status_at"]  # fmt: skip
+    fields = ["team", "cluster", "cohort", "borrowing_limit", "lending_limit", "fair_weight",
+              "reclaim_within_cohort", "borrow_within_cohort", "status", "workloads",
+              "status_at"]  # fmt: skip
     readonly_fields = ["status", "workloads", "status_at"]
 
     def get_readonly_fields(self, request, obj=None):
         return [*self.readonly_fields, *(["team", "cluster"] if obj else [])]
 
     def save_model(self, request, obj, form, change):
-        from .kueue_apply import set_queue_settings
+        from .kueue_apply import QUEUE_SETTINGS, set_queue_settings
 
-        fields = {k: form.cleaned_data.get(k) for k in ("cohort", "borrowing_limit",
-                                                        "lending_limit")}  # fmt: skip
+        fields = {k: form.cleaned_data.get(k) for k in QUEUE_SETTINGS}
         set_queue_settings(obj.team, obj.cluster, request.user, **fields)

@@ -17,6 +17,7 @@ from . import kueue
 from .api import TeamScopedViewSet, _errors, domain_errors
 from .kueue_apply import set_queue_settings
 from .models import TeamQueue
+from .models_kueue import BORROW, RECLAIM, WEIGHT_PLACES
 
 
 class QueueClassSerializer(serializers.Serializer):
@@ -39,6 +40,7 @@ class TeamQueueSerializer(serializers.ModelSerializer):
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     cluster = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     cluster_queue = serializers.SerializerMethodField()
+    weighted_share = serializers.SerializerMethodField()
     classes = serializers.SerializerMethodField()
     active = serializers.SerializerMethodField()
     message = serializers.SerializerMethodField()
@@ -50,10 +52,16 @@ class TeamQueueSerializer(serializers.ModelSerializer):
         model = TeamQueue
         fields = [
             "id", "team", "cluster", "cluster_queue", "cohort", "borrowing_limit",
-            "lending_limit", "classes", "active", "message", "workloads_admitted",
+            "lending_limit", "fair_weight", "reclaim_within_cohort", "borrow_within_cohort",
+            "weighted_share", "classes", "active", "message", "workloads_admitted",
             "workloads_pending", "namespaces", "status_at",
         ]  # fmt: skip
         read_only_fields = fields
+
+    def get_weighted_share(self, tq: TeamQueue) -> int | None:
+        """Kueue's status.fairSharing.weightedShare as last read (null: not reported: fair
+        sharing is off in Kueue's configuration, or not read yet)."""
+        return (tq.status or {}).get("weighted_share")
 
     def get_cluster_queue(self, tq: TeamQueue) -> str:
         return kueue.queue_name(tq.team)
@@ -86,6 +94,15 @@ class QueueSettingsSerializer(StrictInput, serializers.Serializer):
     cohort = serializers.CharField(max_length=253, allow_blank=True, required=False)
     borrowing_limit = serializers.IntegerField(min_value=0, allow_null=True, required=False)
     lending_limit = serializers.IntegerField(min_value=0, allow_null=True, required=False)
+    fair_weight = serializers.DecimalField(
+        max_digits=9, decimal_places=WEIGHT_PLACES, min_value=0, allow_null=True,
+        required=False, help_text="Kueue fairSharing.weight (null: Kueue's default, 1)",
+    )  # fmt: skip
+    reclaim_within_cohort = serializers.ChoiceField(choices=RECLAIM, required=False)
+    borrow_within_cohort = serializers.ChoiceField(
+        choices=BORROW, required=False,
+        help_text="LowerPriority needs reclaim_within_cohort other than Never (Kueue's rule)",
+    )  # fmt: skip
 
 
 @extend_schema_view(
@@ -108,7 +125,8 @@ class TeamQueueViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, TeamSco
     @extend_schema(request=QueueSettingsSerializer,
                    responses={200: TeamQueueSerializer,
                               **{k: _errors[k] for k in (400, 403, 404)}},
-                   summary="Set a team's cohort and borrowing/lending limits (admins)")  # fmt: skip
+                   summary="Set a team's cohort, limits, fair-sharing weight and preemption "
+                   "(admins)")  # fmt: skip
     def partial_update(self, request, *args, **kwargs):
         tq = self.get_object()
         form = QueueSettingsSerializer(data=request.data)

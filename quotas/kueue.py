@@ -190,6 +190,14 @@ def desired(tq: TeamQueue, now: datetime | None = None) -> Desired:
     }  # fmt: skip
     if tq.cohort:
         spec["cohortName"] = tq.cohort
+    # Preemption always spelt out (Kueue's defaults are Never), so a hand edit is drift;
+    # a weight only when an admin set one (absent, Kueue reads 1).
+    spec["preemption"] = {
+        "reclaimWithinCohort": tq.reclaim_within_cohort,
+        "borrowWithinCohort": {"policy": tq.borrow_within_cohort},
+    }
+    if tq.fair_weight is not None:
+        spec["fairSharing"] = {"weight": tq.weight_text}
     cq = queue_name(team)
     flavors = [flavor_body(c) for c in classes]
     if other:
@@ -215,6 +223,13 @@ def _owned_spec(body: dict) -> dict:
     return {
         "namespaceSelector": spec.get("namespaceSelector"),
         "cohortName": spec.get("cohortName") or "",
+        "preemption": {
+            "reclaimWithinCohort": (spec.get("preemption") or {}).get("reclaimWithinCohort")
+            or "Never",
+            "borrowWithinCohort": ((spec.get("preemption") or {}).get("borrowWithinCohort")
+                                   or {}).get("policy") or "Never",
+        },
+        "fairSharing": str((spec.get("fairSharing") or {}).get("weight") or ""),
         "resourceGroups": [
             {
                 "coveredResources": list(g.get("coveredResources") or []),
@@ -257,8 +272,8 @@ def _qty_int(value) -> int:
 
 def queue_status(cq: dict | None) -> dict:
     """The ClusterQueue status the team page shows: per flavor and GPU resource what
-    admitted workloads use (``flavorsUsage``) and borrow, the workload counts, and whether
-    it is active (its ``Active`` condition)."""
+    admitted workloads use (``flavorsUsage``) and borrow, the workload counts, whether it
+    is active (its ``Active`` condition) and its fair-sharing weighted share."""
     status = (cq or {}).get("status") or {}
     usage: dict = {}
     for flavor in status.get("flavorsUsage") or []:
@@ -275,6 +290,9 @@ def queue_status(cq: dict | None) -> dict:
         "admitted": int(status.get("admittedWorkloads") or 0),
         "active": None if active is None else active.get("status") == "True",
         "message": "" if active is None else str(active.get("message") or ""),
+        # Only when fair sharing is enabled in Kueue's configuration (the controller sets
+        # status.fairSharing then, clusterqueue_controller.go); None: not reported.
+        "weighted_share": ((status.get("fairSharing") or {}).get("weightedShare")),
     }
 
 

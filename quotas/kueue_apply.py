@@ -226,16 +226,28 @@ def _team_drift(tq: TeamQueue, cq: dict | None, local: dict, fresh: bool, namesp
     return None
 
 
+# What admins set on a team's ClusterQueue (the TeamQueue fields of the same names).
+QUEUE_SETTINGS = ("cohort", "borrowing_limit", "lending_limit", "fair_weight",
+                  "reclaim_within_cohort", "borrow_within_cohort")  # fmt: skip
+
+
+def _plain(values: dict) -> dict:
+    """JSON for the audit trail: a weight as its text."""
+    return {k: (format(v.normalize(), "f") if k == "fair_weight" and v is not None else v)
+            for k, v in values.items()}  # fmt: skip
+
+
 @transaction.atomic
 def set_queue_settings(team: Team, cluster, by, **fields) -> TeamQueue:
-    """An admin sets the team's cohort and borrowing/lending limits on a Kueue cluster;
-    validated as Kueue's webhook would, audited, applied through the outbox."""
+    """An admin sets the team's cohort, borrowing/lending limits, fair-sharing weight and
+    preemption policies on a Kueue cluster; validated as Kueue's CEL rules and webhook
+    would, audited, applied through the outbox."""
     from .apply import enqueue_apply
 
     if not by.is_staff:
         raise PermissionError("Only portal admins set a team's Kueue cohort and limits.")
     tq = TeamQueue.objects.select_for_update().get(pk=team_queue(team, cluster).pk)
-    before = {k: getattr(tq, k) for k in ("cohort", "borrowing_limit", "lending_limit")}
+    before = {k: getattr(tq, k) for k in QUEUE_SETTINGS}
     for key, value in fields.items():
         if key not in before:
             raise TypeError(key)
@@ -245,7 +257,8 @@ def set_queue_settings(team: Team, cluster, by, **fields) -> TeamQueue:
     tq.save()
     after = {k: getattr(tq, k) for k in before}
     if after != before:
-        audit.record(by, "kueue.queue_settings", tq, team=team, before=before, after=after)
+        audit.record(by, "kueue.queue_settings", tq, team=team, before=_plain(before),
+                     after=_plain(after))  # fmt: skip
         ns = TeamNamespace.objects.filter(team=team, cluster=cluster).order_by("name").first()
         if ns is not None:
             enqueue_apply(ns, reason="queue settings")

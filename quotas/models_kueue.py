@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 
-from django.core.validators import RegexValidator
+from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
 
@@ -21,6 +21,16 @@ COHORT_NAME = RegexValidator(
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
     "Use a DNS subdomain: lower-case letters, digits, '-' and '.'.",
 )
+
+
+# Kueue's preemption policies (apis/kueue/v1beta2/clusterqueue_types.go, v0.17.0):
+# reclaimWithinCohort Never|LowerPriority|Any, borrowWithinCohort.policy Never|LowerPriority,
+# both defaulted to Never.
+RECLAIM = [("Never", "Never"), ("LowerPriority", "LowerPriority"), ("Any", "Any")]
+BORROW = [("Never", "Never"), ("LowerPriority", "LowerPriority")]
+# Its webhook (pkg/webhooks/common.go validateFairSharing): a weight is 0 or above 10^-9;
+# three decimals here, so any positive value stored is above it.
+WEIGHT_PLACES = 3
 
 
 class TeamQueue(models.Model):
@@ -39,6 +49,24 @@ class TeamQueue(models.Model):
         null=True, blank=True,
         help_text="GPUs per class of unused quota the cohort may borrow (empty: all of it)",
     )  # fmt: skip
+    fair_weight = models.DecimalField(
+        max_digits=9, decimal_places=WEIGHT_PLACES, null=True, blank=True,
+        validators=[MinValueValidator(0)],
+        help_text="Kueue fairSharing.weight: the queue's share of what the cohort lends, "
+        "relative to the others' (empty: Kueue's default, 1; 0: borrows only what nobody "
+        "else wants). Used when fair sharing is enabled in Kueue's configuration.",
+    )  # fmt: skip
+    reclaim_within_cohort = models.CharField(
+        max_length=20, choices=RECLAIM, default="Never",
+        help_text="Kueue preemption.reclaimWithinCohort: whether the queue's pending work may "
+        "preempt workloads other queues run on GPUs borrowed from its nominal quota",
+    )  # fmt: skip
+    borrow_within_cohort = models.CharField(
+        max_length=20, choices=BORROW, default="Never",
+        help_text="Kueue preemption.borrowWithinCohort.policy: whether the queue may preempt "
+        "lower-priority workloads of the cohort to borrow (needs reclaim not Never; classical "
+        "preemption only, not with fair sharing)",
+    )  # fmt: skip
     # The ClusterQueue's status as last read (after an apply or a drift check), and the
     # GPUs of the team's workloads, admitted and pending, per namespace (quotas/kueue.py).
     status = models.JSONField(default=dict, blank=True)
@@ -55,6 +83,14 @@ class TeamQueue(models.Model):
     def __str__(self) -> str:
         return f"{self.cluster.slug}/{self.team.slug}"
 
+    @property
+    def weight_text(self) -> str:
+        """The fair-sharing weight as Kueue stores the quantity sent ("2", "0.5"); "1"
+        (Kueue's default) when none is set."""
+        if self.fair_weight is None:
+            return "1"
+        return format(self.fair_weight.normalize(), "f")
+
     def clean(self) -> None:
         from django.core.exceptions import ValidationError
 
@@ -65,3 +101,9 @@ class TeamQueue(models.Model):
             raise ValidationError(
                 {"cohort": "Borrowing and lending limits need a cohort; set one or clear them."}
             )
+        if self.reclaim_within_cohort == "Never" and self.borrow_within_cohort != "Never":
+            # Kueue's CEL rule on ClusterQueuePreemption and its webhook (validatePreemption).
+            raise ValidationError({"borrow_within_cohort": (
+                "Borrowing by preemption needs reclaimWithinCohort other than Never "
+                "(Kueue: reclaimWithinCohort=Never and borrowWithinCohort.Policy!=Never)."
+            )})  # fmt: skip

@@ -93,6 +93,13 @@ class QueueView:
     rows: list  # quotas.kueue.ClassQueueRow
     namespaces: int
     usable: list = field(default_factory=list)  # quotas.figures.Usable, one per row
+    # Other queues of its cohort that may preempt to take back their lent quota
+    # (reclaimWithinCohort not Never): what this queue borrows may be reclaimed by them.
+    reclaimers: int = 0
+
+    @property
+    def borrowed(self) -> int:
+        return sum(row.borrowed for row in self.rows)
 
 
 def queue_views(namespaces: list[TeamNamespace], states: dict) -> dict:
@@ -101,6 +108,15 @@ def queue_views(namespaces: list[TeamNamespace], states: dict) -> dict:
     counts = defaultdict(int)
     for ns in namespaces:
         counts[(ns.team_id, ns.cluster_id)] += 1
+    cohorts = {(s.queue[0].cluster_id, s.queue[0].cohort) for s in states.values()
+               if s.queue is not None and s.queue[0].cohort}  # fmt: skip
+    reclaiming = defaultdict(set)
+    if cohorts:
+        others = TeamQueue.objects.filter(
+            cluster_id__in={c for c, _ in cohorts}, cohort__in={h for _, h in cohorts}
+        ).exclude(reclaim_within_cohort="Never")
+        for pk, cluster_id, cohort in others.values_list("pk", "cluster_id", "cohort"):
+            reclaiming[(cluster_id, cohort)].add(pk)
     out = {}
     for ns in namespaces:
         queue = states[ns.pk].queue
@@ -113,6 +129,7 @@ def queue_views(namespaces: list[TeamNamespace], states: dict) -> dict:
                 rows,
                 counts[(ns.team_id, ns.cluster_id)],
                 usable(states[ns.pk]),
+                len(reclaiming.get((tq.cluster_id, tq.cohort), set()) - {tq.pk}),
             )
     return out
 

@@ -245,4 +245,4 @@ def test_the_default_cluster_is_one_where_the_viewer_has_a_namespace(world, clie
     client.force_login(world["alice"])
     page = client.get(reverse("quotas:calendar"))
     assert page.context["cluster"].slug == "lab"
-    assert 'selected>ml-vision (vision)</option>' in page.content.decode()
+    assert "selected>ml-vision (vision)</option>" in page.content.decode()

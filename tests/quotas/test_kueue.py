@@ -170,7 +170,7 @@ def test_class_grant_on_the_other_class_admits_there(kq):
     assert wait_until(lambda: core.read_namespaced_pod("big", "vision").spec.node_name) == "v100-0"
 
 
-def test_borrowing_within_a_cohort_and_its_limit(kq):
+def test_borrowing_within_a_cohort_and_its_limit(kq, client):
     approve(kq, 2, "h100")
     approve(kq, 4, "h100", ns="nlp_ns", team="nlp")
     run_pending()
@@ -192,7 +192,19 @@ def test_borrowing_within_a_cohort_and_its_limit(kq):
     assert row is not None
     assert (row.nominal, row.used, row.borrowed) == (2, 5, 3)
     audit = AuditEvent.objects.filter(action="kueue.queue_settings").first()
-    assert audit.after == {"cohort": "research", "borrowing_limit": None, "lending_limit": None}
+    assert audit.after == {"cohort": "research", "borrowing_limit": None, "lending_limit": None,
+                           "fair_weight": None, "reclaim_within_cohort": "Never",
+                           "borrow_within_cohort": "Never"}  # fmt: skip
+
+    # The team sees that what it borrows may be taken back once nlp reclaims (#25 s. 3).
+    client.force_login(kq["alice"])
+    page = client.get("/teams/").content.decode()
+    assert (
+        "not reclaimed by preemption" in page and "Fair-sharing weight <strong>1</strong>" in page
+    )
+    set_queue_settings(kq["nlp"], kq["cluster"], kq["admin"], reclaim_within_cohort="Any")
+    page = client.get("/teams/").content.decode()
+    assert "3 borrowed GPUs may be taken back</strong>: 1 other queue of the cohort" in page
 
     # A borrowing limit of 0 keeps the next one to the team's own (used up) quota.
     set_queue_settings(kq["vision"], kq["cluster"], kq["admin"], borrowing_limit=0)
@@ -379,3 +391,74 @@ def test_team_queue_api_is_team_scoped_and_admins_set_the_cohort(kq):
     entry = cq(kq)["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]
     assert cq(kq)["spec"]["cohortName"] == "research"
     assert (entry["nominalQuota"], entry["lendingLimit"]) == ("2", "1")
+
+
+def test_fair_sharing_weight_and_preemption_reach_the_cluster_queue(kq):
+    """Admins set the weight and preemption policies (#25 section 3); the real Kueue
+    (its CRD's CEL rule and webhook) takes what the portal takes and refuses what it
+    refuses; a hand edit is drift and is reverted."""
+    from decimal import Decimal
+
+    from kubernetes.client.exceptions import ApiException
+
+    approve(kq, 2, "h100")
+    run_pending()
+    set_queue_settings(kq["vision"], kq["cluster"], kq["admin"], cohort="research",
+                       fair_weight=Decimal("2.500"), reclaim_within_cohort="Any",
+                       borrow_within_cohort="LowerPriority")  # fmt: skip
+    run_pending()
+    spec = cq(kq)["spec"]
+    assert spec["fairSharing"] == {"weight": "2.5"}
+    assert spec["preemption"]["reclaimWithinCohort"] == "Any"
+    assert spec["preemption"]["borrowWithinCohort"]["policy"] == "LowerPriority"
+    audit = AuditEvent.objects.filter(action="kueue.queue_settings").first()
+    assert audit.after["fair_weight"] == "2.5" and audit.after["reclaim_within_cohort"] == "Any"
+
+    # Kueue's rule, refused by the portal before anything is sent ...
+    with pytest.raises(ValidationError) as err:
+        set_queue_settings(kq["vision"], kq["cluster"], kq["admin"],
+                           reclaim_within_cohort="Never")  # fmt: skip
+    assert "reclaimWithinCohort=Never" in err.value.message_dict["borrow_within_cohort"][0]
+    # ... and by the cluster itself (the referee) when sent by hand.
+    body = cq(kq)
+    body["spec"]["preemption"] = {"reclaimWithinCohort": "Never",
+                                  "borrowWithinCohort": {"policy": "LowerPriority"}}  # fmt: skip
+    with pytest.raises(ApiException) as refused:
+        kq["crd"].replace_cluster_custom_object(G, V, "clusterqueues", "gpu-portal-vision", body)
+    assert refused.value.status in (400, 422)
+    assert "reclaimWithinCohort=Never" in refused.value.body
+
+    # A weight back to Kueue's default: the field is dropped; a hand edit is reverted.
+    set_queue_settings(kq["vision"], kq["cluster"], kq["admin"], fair_weight=None)
+    run_pending()
+    assert "fairSharing" not in cq(kq)["spec"]
+    body = cq(kq)
+    body["spec"]["preemption"]["reclaimWithinCohort"] = "LowerPriority"
+    kq["crd"].replace_cluster_custom_object(G, V, "clusterqueues", "gpu-portal-vision", body)
+    reconcile_quotas()
+    run_pending()
+    assert cq(kq)["spec"]["preemption"]["reclaimWithinCohort"] == "Any"
+
+
+def test_admins_set_fair_sharing_through_the_api(kq):
+    from tests.conftest import api_for
+
+    approve(kq, 1, "h100")
+    run_pending()
+    tq = TeamQueue.objects.get(team=kq["vision"], cluster=kq["cluster"])
+    url = f"/api/v1/team-queues/{tq.pk}/"
+    admin, alice = api_for(kq["admin"]), api_for(kq["alice"])
+    assert alice.patch(url, {"fair_weight": "3"}, format="json").status_code == 403
+    bad = admin.patch(url, {"borrow_within_cohort": "LowerPriority"}, format="json")
+    assert bad.status_code == 400 and "borrow_within_cohort" in bad.json()
+    assert admin.patch(url, {"fair_weight": "-1"}, format="json").status_code == 400
+    ok = admin.patch(url, {"fair_weight": "0.5", "reclaim_within_cohort": "LowerPriority"},
+                     format="json")  # fmt: skip
+    assert ok.status_code == 200, ok.json()
+    body = ok.json()
+    assert (body["fair_weight"], body["reclaim_within_cohort"]) == ("0.500", "LowerPriority")
+    assert body["weighted_share"] is None  # fair sharing is off in this Kueue's configuration
+    seen = alice.get(url).json()  # the team sees its weight and policies
+    assert seen["fair_weight"] == "0.500" and seen["borrow_within_cohort"] == "Never"
+    run_pending()
+    assert cq(kq)["spec"]["fairSharing"] == {"weight": "0.5"}
