@@ -404,3 +404,33 @@ def cohort_lendable(tq: TeamQueue, now: datetime | None = None) -> dict:
                     unused = min(unused, other.lending_limit)
                 out[(cls.pk, res)] += unused
     return dict(out)
+
+
+@dataclass
+class CohortState:
+    """A Kueue cohort on one cluster as the approval queue shows it (#25 section 3): its
+    portal-managed queues and, per class and GPU resource, their nominal quota, what their
+    admitted workloads hold and how much of that is borrowed (status as last read)."""
+
+    name: str
+    queues: int
+    reclaiming: int  # queues whose reclaimWithinCohort is not Never
+    rows: dict  # (class id, resource) -> ClassQueueRow summed over the queues (gpu_class set)
+
+
+def cohort_state(cluster: Cluster, cohort: str, now: datetime | None = None) -> CohortState:
+    queues = list(
+        TeamQueue.objects.filter(cluster=cluster, cohort=cohort).select_related("team", "cluster")
+    )
+    rows: dict = {}
+    for tq in queues:
+        for row in class_rows(tq, now):
+            key = (row.gpu_class.pk, row.resource)
+            if key not in rows:
+                rows[key] = ClassQueueRow(row.gpu_class, row.resource, 0, 0, 0)
+            total = rows[key]
+            total.nominal += row.nominal
+            total.used += row.used
+            total.borrowed += row.borrowed
+    reclaiming = sum(1 for tq in queues if tq.reclaim_within_cohort != "Never")
+    return CohortState(cohort, len(queues), reclaiming, rows)

@@ -13,7 +13,7 @@ from inventory.figures import POOL, idle_now
 from mig.models import MigRequest
 from telemetry.renewals import annotate_renewals
 
-from .. import demand, inbox, preview
+from .. import demand, inbox, kueue, preview
 from ..capacity import Capacity
 from ..figures import usable
 from ..models import (
@@ -93,6 +93,7 @@ def _quota_facts(pending: list[QuotaRequest]) -> dict:
             ns_grants[g.namespace_id].append(g)
     idle = idle_now(cluster_ids, {r.resource for r in pending})
     usable_of = {ns_id: usable(st, now) for ns_id, st in states.items()}
+    cohorts: dict = {}  # (cluster id, cohort) -> kueue.CohortState, once per page
     rows = {}
     for req in pending:
         idle_fig = idle.get(
@@ -128,8 +129,22 @@ def _quota_facts(pending: list[QuotaRequest]) -> dict:
             "pending_class": _for_class(waiting.get((req.namespace_id, req.resource)), req),
             "idle_now": idle_fig.idle if idle_fig else 0,
             "usable": mine,
+            "cohort": _cohort_row(st, req, cohorts, now),
         }
     return rows
+
+
+def _cohort_row(state, req, cohorts: dict, now) -> dict | None:
+    """The request's class in its team's Kueue cohort: the cohort's queues, their quota,
+    what they hold and borrow (None: not a Kueue cluster, or no cohort)."""
+    if state.queue is None or not state.queue[0].cohort or req.gpu_class_id is None:
+        return None
+    tq = state.queue[0]
+    key = (tq.cluster_id, tq.cohort)
+    if key not in cohorts:
+        cohorts[key] = kueue.cohort_state(tq.cluster, tq.cohort, now)
+    cohort = cohorts[key]
+    return {"state": cohort, "row": cohort.rows.get((req.gpu_class_id, req.resource))}
 
 
 def _for_class(d, req) -> int:

@@ -205,6 +205,24 @@ def test_borrowing_within_a_cohort_and_its_limit(kq, client):
     set_queue_settings(kq["nlp"], kq["cluster"], kq["admin"], reclaim_within_cohort="Any")
     page = client.get("/teams/").content.decode()
     assert "3 borrowed GPUs may be taken back</strong>: 1 other queue of the cohort" in page
+    # The approval queue shows the cohort's state for a request in it.
+    services.submit(
+        kq["alice"],
+        RequestData(
+            team=kq["vision"],
+            namespace=kq["ns"],
+            resource=GPU,
+            amount=1,
+            gpu_class=kq["h100"],
+            justification=WHY,
+        ),
+    )
+    client.force_login(kq["admin"])
+    queue = client.get("/admin-queue/").content.decode()
+    assert (
+        "<code>research</code>: 2 queues; in this class quota 6, held 5 (3 borrowed); "
+        "1 reclaims lent quota by preemption"
+    ) in queue
 
     # A borrowing limit of 0 keeps the next one to the team's own (used up) quota.
     set_queue_settings(kq["vision"], kq["cluster"], kq["admin"], borrowing_limit=0)
