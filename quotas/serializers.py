@@ -219,15 +219,33 @@ class OutcomeSerializer(serializers.Serializer):
     text = serializers.CharField(help_text="'granted +6, usable +0: quota gpu-quota caps ...'")
 
 
+class WaitEstimateSerializer(serializers.Serializer):
+    at = serializers.DateTimeField(allow_null=True, help_text="null: no estimate (text says why)")
+    text = serializers.CharField(help_text="the estimate and its basis, or why there is none")
+
+
 class QuotaRequestDetailSerializer(QuotaRequestSerializer):
     events = RequestEventSerializer(many=True, read_only=True)
     outcome = serializers.SerializerMethodField(
         help_text="for an approved request: granted, usable_now and what binds; null otherwise"
     )
+    wait_estimate = serializers.SerializerMethodField(
+        help_text="for a pending request: when it may be decided, from when the capacity it "
+        "needs frees (grants' ends) and the median time to a decision; null otherwise"
+    )
 
     class Meta(QuotaRequestSerializer.Meta):
-        fields = [*QuotaRequestSerializer.Meta.fields, "outcome", "events"]
+        fields = [*QuotaRequestSerializer.Meta.fields, "outcome", "wait_estimate", "events"]
         read_only_fields = fields
+
+    @extend_schema_field(WaitEstimateSerializer(allow_null=True))
+    def get_wait_estimate(self, req: QuotaRequest) -> dict | None:
+        if req.status != QuotaRequest.Status.PENDING or req.kind == QuotaRequest.Kind.RELEASE:
+            return None
+        from .request_wait import estimate
+
+        found = estimate(req)
+        return {"at": found.at, "text": found.text}
 
     @extend_schema_field(OutcomeSerializer(allow_null=True))
     def get_outcome(self, req: QuotaRequest) -> dict | None:

@@ -21,7 +21,7 @@ from discussion import progress as live_progress
 from discussion import thread
 from mig.models import MigRequest
 
-from .. import decision_time, inbox, notify, preview, services
+from .. import decision_time, inbox, notify, preview, request_wait, services
 from ..capacity import Headroom, headroom
 from ..forms import (
     ApproveForm,
@@ -323,7 +323,8 @@ def _detail_context(request: HttpRequest, req: QuotaRequest, **forms) -> dict:
     ctx.update(thread.context(req, forms.get("comment_form")))
     ctx.update(live_progress.quota_context(req, operations))
     if pending:
-        ctx.update(decision=decision_time.quota_decisions(), apply=decision_time.quota_applies())
+        ctx.update(decision=decision_time.quota_decisions(), apply=decision_time.quota_applies(),
+                   wait=request_wait.estimate(req))  # fmt: skip
     if pending and user.is_staff:
         room = _headroom(req)
         ctx.update(
