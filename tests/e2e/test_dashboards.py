@@ -25,6 +25,9 @@ DASHBOARDS = [
     ("telemetry team", "/telemetry/teams/vision/", ".chart__plot", True),
     ("telemetry idle", "/telemetry/idle/", "table tbody tr", False),
     ("telemetry showback", "/telemetry/showback/", "table tbody tr", False),
+    # The capacity calendar (issue #25 section 1): its slots, by the day and by the hour.
+    ("capacity calendar", "/calendar/?cluster=demo", ".cal-cell", False),
+    ("capacity calendar by the hour", "/calendar/?cluster=demo&view=hour", ".cal-cell", False),
 ]
 
 

@@ -46,6 +46,8 @@ PAGE_NAMESPACES |= {"discussion"}
 # its callback and a POST sign-out, all 404 while it is off (as here); tests/sso/ loads the
 # sign-in page with its button and the pages after it in Chromium with the CSP recorder.
 NOT_PAGES |= {"oidc_authentication_init", "oidc_authentication_callback", "oidc_logout"}
+# The bookings feed (issue #25): iCalendar text for calendar apps, not a page.
+NOT_PAGES |= {"quotas:calendar-ics"}
 
 RECORD_VIOLATIONS = """
 window.__csp = [];
@@ -177,6 +179,11 @@ def _pages(user) -> list[str]:
             pages.append(f"/namespaces/{ns.pk}/quotas/{fq.pk}/remove/")
     else:
         pages.append("/admin-queue/")  # the 403 page
+    # The capacity calendar and the bookings feed's pages (issue #25 section 1).
+    from quotas.models import CalendarFeed
+
+    CalendarFeed.issue(user)
+    pages += ["/calendar/", "/calendar/?view=hour", "/calendar/feed/", "/calendar/feed/revoke/"]
     # Notifications (issue #12 section 2): everyone's list; the webhook pages (staff).
     pages.append("/notifications/")
     if user.is_staff:
