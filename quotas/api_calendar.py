@@ -7,8 +7,6 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, time
-
 from django.db.models import Q
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -19,7 +17,7 @@ from rest_framework.views import APIView
 from inventory.models import Cluster, GpuClass
 from portal.validation import NOT_FOUND
 
-from .calendar import VIEWS, bookings, calendar_for, first_slot
+from .calendar import VIEWS, bookings, calendar_for, default_resource, start_of
 from .capacity import advertised_resources
 from .models import Grant
 from .serializers_actions import ErrorSerializer
@@ -52,8 +50,7 @@ class CalendarQuerySerializer(serializers.Serializer):
                     {"gpu_class": f"No class {slug!r} on {cluster.slug}."}, code=NOT_FOUND
                 )
         resources = advertised_resources(cluster)
-        resource = attrs.get("resource") or ("nvidia.com/gpu" if "nvidia.com/gpu" in resources
-                                             else (resources[0] if resources else ""))  # fmt: skip
+        resource = attrs.get("resource") or default_resource(resources)
         if resource not in resources:
             raise serializers.ValidationError(
                 {"resource": f"{cluster.slug} advertises {', '.join(resources) or 'nothing'}."},
@@ -63,11 +60,7 @@ class CalendarQuerySerializer(serializers.Serializer):
         day = attrs.get("start")
         if day is not None and not 2000 <= day.year <= 2099:
             raise serializers.ValidationError({"start": "A day of the years 2000 to 2099."})
-        attrs["start"] = (
-            first_slot(attrs["view"], timezone.now())
-            if day is None
-            else datetime.combine(day, time(), tzinfo=UTC)
-        )
+        attrs["start"] = start_of(attrs["view"], day)
         return attrs
 
 

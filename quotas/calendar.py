@@ -18,13 +18,17 @@ the API only parse and render.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, time, timedelta
 
+from django.db.models import Q
+from django.urls import reverse
 from django.utils import timezone
 
 from inventory.models import Cluster, GpuClass
 
 from .capacity import Capacity
+from .models import Grant, QuotaRequest
+from .scoping import visible_to
 
 # view -> (slot length, slots shown): weeks ahead by day, three days by the hour.
 VIEWS = {"day": (timedelta(days=1), 42), "hour": (timedelta(hours=1), 72)}
@@ -62,6 +66,20 @@ def first_slot(view: str, at: datetime) -> datetime:
     """The start of the slot holding ``at``: its hour, or its day (UTC)."""
     at = at.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
     return at if view == "hour" else at.replace(hour=0)
+
+
+def start_of(view: str, day) -> datetime:
+    """Where a calendar starts: ``day``'s midnight (UTC), or the slot holding now."""
+    if day is None:
+        return first_slot(view, timezone.now())
+    return datetime.combine(day, time(), tzinfo=UTC)
+
+
+def default_resource(resources: list[str]) -> str:
+    """Whole GPUs where the cluster advertises them, else its first GPU resource ("")."""
+    if "nvidia.com/gpu" in resources:
+        return "nvidia.com/gpu"
+    return resources[0] if resources else ""
 
 
 def _split(windows, start: datetime, end: datetime, now: datetime) -> tuple[int, int]:
@@ -125,23 +143,17 @@ def _grouped(marks) -> list[Mark]:
 # -- loading for one viewer --------------------------------------------------------------
 
 
-def marks_for(user, cluster: Cluster, gpu_class: GpuClass | None, resource: str, start, end):
+def marks_for(user, cluster: Cluster, gpu_class: GpuClass | None, resource: str, start, end,
+              now: datetime) -> list[Mark]:  # fmt: skip
     """The viewer's teams' grants (granted or booked) and pending requests of ``resource``
     on ``cluster`` overlapping [start, end) (admins: every team's). A class calendar marks
     that class's and any-class rows: both can run on the class's GPUs."""
-    from django.db.models import Q
-    from django.urls import reverse
-
-    from .models import Grant, QuotaRequest
-    from .scoping import visible_to
-
     same_class = Q() if gpu_class is None else Q(gpu_class=gpu_class) | Q(gpu_class__isnull=True)
     grants = (
         visible_to(Grant.objects.overlapping(start, end), user, "namespace__team")
         .filter(same_class, namespace__cluster=cluster, resource=resource)
         .select_related("namespace__team")
     )
-    now = timezone.now()
     marks = [
         Mark("granted" if g.starts_at <= now else "booked", g.namespace.team.slug,
              g.namespace.name, g.amount, g.starts_at, g.ends_at,
@@ -168,16 +180,13 @@ def calendar_for(user, cluster: Cluster, gpu_class: GpuClass | None, resource: s
     length, count = VIEWS[view]
     end = start + length * count
     cap = Capacity([cluster.pk], [resource])
-    return slots(cap, cluster, gpu_class, resource, view, start,
-                 marks_for(user, cluster, gpu_class, resource, start, end))  # fmt: skip
+    marks = marks_for(user, cluster, gpu_class, resource, start, end, cap.now)
+    return slots(cap, cluster, gpu_class, resource, view, start, marks)
 
 
 def bookings(user):
     """Time-bound grants of ``user``'s teams (admins: every team's) that have not ended: the
     API's bookings and the iCalendar feed."""
-    from .models import Grant
-    from .scoping import visible_to
-
     qs = Grant.objects.filter(ended_at__isnull=True, ends_at__gt=timezone.now()).select_related(
         "namespace__team", "namespace__cluster", "gpu_class"
     )

@@ -28,6 +28,7 @@ from inventory.models import is_gpu_resource
 
 from . import audit, kueue
 from .models import Team, TeamNamespace, TeamQueue
+from .models_kueue import weight_text
 
 log = logging.getLogger(__name__)
 
@@ -233,7 +234,7 @@ QUEUE_SETTINGS = ("cohort", "borrowing_limit", "lending_limit", "fair_weight",
 
 def _plain(values: dict) -> dict:
     """JSON for the audit trail: a weight as its text."""
-    return {k: (format(v.normalize(), "f") if k == "fair_weight" and v is not None else v)
+    return {k: (weight_text(v) if k == "fair_weight" and v is not None else v)
             for k, v in values.items()}  # fmt: skip
 
 

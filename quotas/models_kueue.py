@@ -33,6 +33,11 @@ BORROW = [("Never", "Never"), ("LowerPriority", "LowerPriority")]
 WEIGHT_PLACES = 3
 
 
+def weight_text(weight) -> str:
+    """A weight as Kueue stores the quantity sent: "2", "0.5" (no exponent, no trailing 0)."""
+    return format(weight.normalize(), "f")
+
+
 class TeamQueue(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     team = models.ForeignKey("quotas.Team", on_delete=models.CASCADE, related_name="queues")
@@ -85,11 +90,8 @@ class TeamQueue(models.Model):
 
     @property
     def weight_text(self) -> str:
-        """The fair-sharing weight as Kueue stores the quantity sent ("2", "0.5"); "1"
-        (Kueue's default) when none is set."""
-        if self.fair_weight is None:
-            return "1"
-        return format(self.fair_weight.normalize(), "f")
+        """The fair-sharing weight as sent to Kueue; "1" (Kueue's default) when none is set."""
+        return "1" if self.fair_weight is None else weight_text(self.fair_weight)
 
     def clean(self) -> None:
         from django.core.exceptions import ValidationError

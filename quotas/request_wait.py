@@ -15,28 +15,16 @@ the later of the two.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 from django.utils import timezone
 
 from .capacity import Capacity
-from .decision_time import duration_text, quota_decisions
+from .decision_time import quota_decisions
 from .models import QuotaRequest
+from .wait_estimate import Estimate, when_text
 
 MIN_DECISIONS = 3
-
-
-@dataclass(frozen=True)
-class RequestEstimate:
-    at: datetime | None  # None: no estimate
-    text: str  # the estimate and its basis, or why there is none
-
-
-def _when(at: datetime, now: datetime) -> str:
-    if at <= now:
-        return "now"
-    return f"{at.astimezone(UTC):%Y-%m-%d %H:%M} UTC (in {duration_text(at - now)})"
 
 
 def capacity_frees(req: QuotaRequest, now: datetime) -> tuple[datetime | None, int]:
@@ -62,20 +50,20 @@ def capacity_frees(req: QuotaRequest, now: datetime) -> tuple[datetime | None, i
     return next((t for t in ends if free_from(t) >= req.amount), None), free_now
 
 
-def estimate(req: QuotaRequest, now: datetime | None = None) -> RequestEstimate:
+def estimate(req: QuotaRequest, now: datetime | None = None) -> Estimate:
     now = now or timezone.now()
     frees, free_now = capacity_frees(req, now)
     typical = quota_decisions(now)
     need = f"{req.amount} asked, {free_now} free to grant over its window now"
     if frees is None:
-        return RequestEstimate(None, (
+        return Estimate(None, (
             f"No estimate: {need}, and no grant that holds them ends before the window does "
             "(permanent grants, or ends after it). It fits if a team releases GPUs or an "
             "admin approves less."
         ))  # fmt: skip
     if typical.count < MIN_DECISIONS or typical.median is None:
-        when = "is there now" if frees <= now else f"frees at {_when(frees, now)}"
-        return RequestEstimate(None, (
+        when = "is there now" if frees <= now else f"frees at {when_text(frees, now)}"
+        return Estimate(None, (
             f"No estimate of the decision: {typical.count} decision(s) in the last 90 days (an "
             f"estimate needs {MIN_DECISIONS}). The capacity it needs {when} ({need})."
         ))  # fmt: skip
@@ -84,10 +72,10 @@ def estimate(req: QuotaRequest, now: datetime | None = None) -> RequestEstimate:
     capacity = (
         f"the capacity is there ({need})"
         if frees <= now
-        else f"the capacity frees at {_when(frees, now)}, when grants end ({need})"
+        else f"the capacity frees at {when_text(frees, now)}, when grants end ({need})"
     )
     decision = f"admins decide in a median of {typical.text} ({typical.count} decisions in 90 days)"
     if at <= now:
-        return RequestEstimate(now, f"Estimated decision: any time now: {capacity}; {decision}, "
+        return Estimate(now, f"Estimated decision: any time now: {capacity}; {decision}, "
                                     "and it has waited longer than that.")  # fmt: skip
-    return RequestEstimate(at, f"Estimated decision: {_when(at, now)}: {capacity}; {decision}.")
+    return Estimate(at, f"Estimated decision: {when_text(at, now)}: {capacity}; {decision}.")

@@ -32,7 +32,7 @@ class Estimate:
     text: str  # the estimate and its basis, or why there is none
 
 
-def _when(at: datetime, now: datetime) -> str:
+def when_text(at: datetime, now: datetime) -> str:
     return f"{at.astimezone(UTC):%Y-%m-%d %H:%M} UTC (in {duration_text(at - now)})"
 
 
@@ -79,12 +79,12 @@ def estimate(
         available += delta
         if available >= need:
             if source == "grant":
-                return Estimate(at, f"Estimated start: {_when(at, now)}, when a grant of the "
+                return Estimate(at, f"Estimated start: {when_text(at, now)}, when a grant of the "
                                     "team begins.")  # fmt: skip
             median = duration_text(timedelta(seconds=statistics.median(durations)))
             return Estimate(
                 at,
-                f"Estimated start: around {_when(at, now)}, when pods that hold them now are "
+                f"Estimated start: around {when_text(at, now)}, when pods that hold them now are "
                 f"expected to end ({len(durations)} GPU pods of {what} ended in the last "
                 f"{HISTORY.days} days, after a median of {median}).",
             )

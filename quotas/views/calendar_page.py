@@ -4,7 +4,7 @@ request form, prefilled."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, time, timedelta
+from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
 from django import forms
@@ -19,7 +19,7 @@ from django.views.decorators.http import require_http_methods
 from inventory.models import Cluster, GpuClass
 
 from ..audit import record
-from ..calendar import VIEWS, calendar_for, first_slot, ical
+from ..calendar import VIEWS, calendar_for, default_resource, ical, start_of
 from ..capacity import advertised_resources
 from ..models import CalendarFeed, TeamNamespace
 from ..scoping import visible_to
@@ -85,12 +85,6 @@ class CalendarQuery(forms.Form):
         return start
 
 
-def _start(view: str, day) -> datetime:
-    if day is None:
-        return first_slot(view, timezone.now())
-    return datetime.combine(day, time(), tzinfo=UTC)
-
-
 def _iso(at: datetime) -> str:
     return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M")
 
@@ -110,21 +104,19 @@ def book_url(namespace, resource: str, gpu_class, start: datetime, end: datetime
 def calendar(request: HttpRequest) -> HttpResponse:
     form = CalendarQuery(request.GET or None, user=request.user)
     cluster = form.cluster
-    context = {"form": form, "cluster": cluster, "slots": [], "views": VIEWS}
+    context = {"form": form, "cluster": cluster}
     if cluster is None:
         return render(request, "quotas/calendar.html", context)
     if request.GET and not form.is_valid():
         return render(request, "quotas/calendar.html", context, status=400)
     data = form.cleaned_data if request.GET else {}
     view = data.get("view") or "day"
-    resources = form.resources
-    resource = data.get("resource") or ("nvidia.com/gpu" if "nvidia.com/gpu" in resources else
-                                        (resources[0] if resources else ""))  # fmt: skip
+    resource = data.get("resource") or default_resource(form.resources)
     gpu_class = data.get("gpu_class")
     namespace = data.get("namespace")
     if namespace is None and len(form.fields["namespace"].queryset) == 1:
         namespace = form.fields["namespace"].queryset[0]
-    start = _start(view, data.get("start"))
+    start = start_of(view, data.get("start"))
     length, count = VIEWS[view]
     slots = (
         calendar_for(request.user, cluster, gpu_class, resource, view, start) if resource else []
@@ -148,7 +140,6 @@ def calendar(request: HttpRequest) -> HttpResponse:
         start=start, end=start + shift, length=length,
         earlier=page(start - shift) if start - shift >= now - timedelta(days=1) else "",
         later=page(start + shift) if start + shift <= now + MAX_AHEAD else "",
-        peak_free=min((s.free for s in slots), default=0),
     )  # fmt: skip
     return render(request, "quotas/calendar.html", context)
 
