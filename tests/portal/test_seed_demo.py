@@ -38,8 +38,6 @@ def test_seed_demo_is_idempotent_and_makes_the_roles_visible(demo_sim, capsys, s
     assert "alice / alice-demo-pass" in out and "admin / admin-demo-pass" in out
     # Decided requests waited hours for a reviewer, so a pending one's estimate is a real
     # time (quotas/request_wait.py), not "any time now" after a median of one second.
-    from datetime import timedelta
-
     from quotas.decision_time import quota_decisions
 
     assert quota_decisions().median >= timedelta(hours=2)
