@@ -26,6 +26,7 @@ class Event(models.TextChoices):
     EXPIRING = "expiring", "grant expiring soon"
     STARTING = "starting", "booking starting soon"
     EXPIRED = "expired", "grant expired"
+    RECLAIM = "reclaim", "idle GPUs of a grant to be taken back, or taken back"
     CONFIRM = "confirm", "quota lowering needs confirmation (admins)"
     MIG_DECIDED = "mig_decided", "MIG request approved or rejected"
     MIG_FINISHED = "mig_finished", "MIG run finished"

@@ -224,6 +224,12 @@ CELERY_BEAT_SCHEDULE = {
         "task": "telemetry.tasks.refresh_summaries",
         "schedule": timedelta(seconds=env.int("TELEMETRY_SUMMARY_INTERVAL_SECONDS", default=60)),
     },
+    # Idle grants under a reclaim policy (issue #25 section 2): hourly usage rows change
+    # every few minutes, so a pass every 10 minutes is early enough.
+    "telemetry-reclaim": {
+        "task": "telemetry.tasks.reclaim_idle_grants",
+        "schedule": timedelta(seconds=env.int("RECLAIM_INTERVAL_SECONDS", default=600)),
+    },
     "quotas-reconcile": {
         "task": "quotas.tasks.reconcile_quotas",
         "schedule": timedelta(seconds=env.int("QUOTA_RECONCILE_INTERVAL", default=120)),

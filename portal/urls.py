@@ -9,6 +9,7 @@ from quotas import api as quotas_api
 from quotas import api_calendar as quotas_calendar_api
 from quotas import api_namespaces as quotas_namespaces_api
 from quotas import api_queues as quotas_queues_api
+from telemetry import api_reclaim
 
 from . import api, apidocs, health, views
 
@@ -23,6 +24,8 @@ router.register("team-queues", quotas_queues_api.TeamQueueViewSet, basename="tea
 router.register("quota-requests", quotas_api.QuotaRequestViewSet, basename="quotarequest")
 router.register("grants", quotas_api.GrantViewSet, basename="grant")
 router.register("operations", quotas_api.OperationViewSet, basename="operation")
+router.register("reclaims", api_reclaim.ReclaimViewSet, basename="reclaim")
+router.register("reclaim-policies", api_reclaim.ReclaimPolicyViewSet, basename="reclaimpolicy")
 router.register("audit-events", quotas_api.AuditEventViewSet, basename="auditevent")
 
 api_v1 = [

@@ -4,10 +4,12 @@ from .models import (
     AuditEvent,
     ForeignQuota,
     Grant,
+    GrantReclaim,
     Membership,
     Operation,
     OvercommitPolicy,
     QuotaRequest,
+    ReclaimPolicy,
     Team,
     TeamNamespace,
     TeamQueue,
@@ -132,3 +134,41 @@ class TeamQueueAdmin(admin.ModelAdmin):
 
         fields = {k: form.cleaned_data.get(k) for k in QUEUE_SETTINGS}
         set_queue_settings(obj.team, obj.cluster, request.user, **fields)
+
+
+@admin.register(ReclaimPolicy)
+class ReclaimPolicyAdmin(admin.ModelAdmin):
+    """When idle grants' unused part goes back (issue #25 section 2); saving audits it and
+    turning a policy off withdraws its open warnings (quotas/reclaim.py ``set_policy``).
+    The portal's page: /telemetry/reclaim/."""
+
+    list_display = ["cluster", "gpu_class", "enabled", "idle_hours", "grace_hours",
+                    "hold_hours", "updated_at", "updated_by"]  # fmt: skip
+    list_filter = ["enabled", "cluster"]
+    fields = ["cluster", "gpu_class", "enabled", "idle_hours", "grace_hours", "hold_hours"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["cluster", "gpu_class"] if obj else []
+
+    def save_model(self, request, obj, form, change):
+        from .reclaim import set_policy
+
+        values = {k: form.cleaned_data[k] for k in ("enabled", "idle_hours", "grace_hours",
+                                                     "hold_hours")}  # fmt: skip
+        set_policy(obj.cluster, obj.gpu_class, request.user, **values)
+
+
+@admin.register(GrantReclaim)
+class GrantReclaimAdmin(admin.ModelAdmin):
+    """Reclaims are written by the beat and answered by managers: read-only here."""
+
+    list_display = ["namespace", "gpu_class", "status", "granted", "unused", "warned_at",
+                    "grace_ends_at", "answered_by", "lowered_by"]  # fmt: skip
+    list_filter = ["status"]
+    search_fields = ["namespace__name", "reason"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False

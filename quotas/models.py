@@ -489,6 +489,7 @@ class NotificationOptOut(models.Model):
         EXPIRING = "expiring", "grant expiring soon"
         STARTING = "starting", "booking starting soon"
         EXPIRED = "expired", "grant expired"
+        RECLAIM = "reclaim", "idle GPUs of a grant to be taken back, or taken back"
         CONFIRM = "confirm", "quota lowering below usage needs confirmation (admins)"
         COMMENT = "comment", "a comment on a request (yours, your team's, or one you commented on)"
 
@@ -505,3 +506,4 @@ class NotificationOptOut(models.Model):
 
 from .models_feeds import CalendarFeed  # noqa: E402,F401  (a model of this app, own module)
 from .models_kueue import TeamQueue  # noqa: E402,F401  (a model of this app, own module)
+from .models_reclaim import GrantReclaim, ReclaimPolicy  # noqa: E402,F401  (own module)

@@ -244,6 +244,38 @@ def grant_expired(grant, lowering: dict | None = None, backend: str = "resourceq
     )  # fmt: skip
 
 
+def reclaim_warned(reclaim) -> None:
+    """Idle GPUs of a grant go back at the grace's end unless a manager answers."""
+    from .reclaim import explain
+
+    ns = reclaim.namespace
+    people = [m.user for m in Membership.objects.filter(team=ns.team).select_related("user")]
+    send(
+        Kind.RECLAIM, people,
+        f"[GPU portal] {reclaim.unused} idle {reclaim.resource} in {ns} go back on "
+        f"{reclaim.grace_ends_at:%Y-%m-%d %H:%M} UTC",
+        f"{explain(reclaim)}\nUnder the cluster's reclaim policy they go back to the pool on "
+        f"{reclaim.grace_ends_at:%Y-%m-%d %H:%M} UTC; what your pods hold is never taken. "
+        f"A team manager can answer 'still needed', with a reason, on the team page before "
+        f"then: that holds the grant for {reclaim.policy.hold_hours} h.",
+        url=reverse("quotas:teams") + f"#reclaim-{reclaim.pk}", team=ns.team,
+    )  # fmt: skip
+
+
+def reclaim_lowered(reclaim) -> None:
+    ns = reclaim.namespace
+    people = [m.user for m in Membership.objects.filter(team=ns.team).select_related("user")]
+    send(
+        Kind.RECLAIM, people,
+        f"[GPU portal] {reclaim.lowered_by} idle {reclaim.resource} of {ns} went back",
+        f"The grace of the reclaim announced on {reclaim.warned_at:%Y-%m-%d %H:%M} UTC ended "
+        f"without a 'still needed': {reclaim.lowered_by} {reclaim.resource} "
+        f"({reclaim.class_name}) of {ns}'s grants went back to the pool, and the namespace's "
+        "quota is being applied. Ask for more with a new request when you need it.",
+        url=reverse("quotas:namespace", args=[ns.pk]), team=ns.team,
+    )  # fmt: skip
+
+
 def lowering_held(op, text: str) -> None:
     """An apply would set a limit below what pods use: it waits for an admin."""
     admins = get_user_model().objects.filter(is_staff=True, is_active=True)

@@ -23,6 +23,7 @@ urlpatterns = [
     path("grants/<uuid:pk>/renew/", views.grant_renew, name="grant-renew"),
     path("grants/<uuid:pk>/release/", views.grant_release, name="grant-release"),
     path("admin-queue/", views.queue, name="queue"),
+    path("reclaims/<uuid:pk>/still-needed/", views.reclaim_answer, name="reclaim-answer"),
     path("namespaces/new/", views.namespace_new, name="namespace-new"),
     path("namespaces/<uuid:pk>/", views.namespace_detail, name="namespace"),
     path("namespaces/<uuid:pk>/confirm-lowering/", views.lowering_confirm, name="lowering-confirm"),

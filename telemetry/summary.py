@@ -66,6 +66,7 @@ LOCK_SPACE = 0x7E1E  # pg advisory lock (space, cluster id): one computation per
 # The longest span a computation fills before the rows begin: within what the Prometheus
 # source asks in one query (telemetry/promsource.py MAX_RANGE, 31 days, with its lookback).
 MAX_BACKFILL = timedelta(days=28)
+COVER_KEPT = timedelta(days=31)  # per-hour coverage kept: longer than any reclaim window
 
 
 def usage_interval() -> timedelta:
@@ -123,14 +124,18 @@ def compute(
         classes.set_idle_since(idle, now)
         hours = _hours(cluster_id, now, previous)
         usage_at = _dt((previous or {}).get("usage_at"))
+        cover = _kept_cover(previous, now)
         if usage_at is None or not usage_at <= now < usage_at + usage_interval():
-            usage_since, usage_at = _write_usage(cluster_id, now, attribution, previous), now
+            usage_since = _write_usage(cluster_id, now, attribution, previous, cover)
+            usage_at = now
         else:  # written less than the usage interval ago
             usage_since = _dt(previous["usage_since"])
         complete = bool((previous or {}).get("usage_complete"))
         span = timedelta(hours=(previous or {}).get("usage_span") or 0) or backfill_span()
         if backfill and not complete:
-            usage_since, complete, span = _backfill(cluster_id, now, attribution, usage_since, span)
+            usage_since, complete, span = _backfill(
+                cluster_id, now, attribution, usage_since, span, cover
+            )
         outages = [o.message for o in state["outages"].values()]
     return {
         "definition": _definition(cluster_id),
@@ -142,9 +147,17 @@ def compute(
         "usage_at": usage_at.timestamp(),
         "usage_complete": complete,
         "usage_span": span / HOUR,
+        "usage_cover": cover,
         "idle": [_stored(a) for a in idle],
         "outages": outages,
     }
+
+
+def _kept_cover(previous: dict | None, now: datetime) -> dict:
+    """The previous row's per-hour coverage of the last :data:`COVER_KEPT` (a reclaim
+    policy's longest idle window)."""
+    oldest = (now - COVER_KEPT).timestamp()
+    return {h: v for h, v in (previous or {}).get("usage_cover", {}).items() if int(h) >= oldest}
 
 
 def _hours(cluster_id: int, now: datetime, previous: dict | None) -> dict:
@@ -166,7 +179,9 @@ def _hours(cluster_id: int, now: datetime, previous: dict | None) -> dict:
     return dict(kept)
 
 
-def _write_usage(cluster_id, now: datetime, attribution, previous: dict | None) -> datetime:
+def _write_usage(
+    cluster_id, now: datetime, attribution, previous: dict | None, cover: dict
+) -> datetime:
     """Write the cluster's UsageHour rows from the hour that may still change (3 closed
     hours before the previous computation's hour; on a first computation, a backfill span
     before the current hour, with the current attribution: the days before are filled one
@@ -179,21 +194,31 @@ def _write_usage(cluster_id, now: datetime, attribution, previous: dict | None) 
     if previous and previous.get("usage_at") is not None:
         start = max(since, _unsettled_from(_dt(previous["usage_at"])))
     start = min(start, _unsettled_from(now))
-    _rewrite(cluster_id, attribution, start, now, now)
+    _rewrite(cluster_id, attribution, start, now, now, cover)
     return min(since, start)
 
 
-def _rewrite(cluster_id, attribution, start: datetime, end: datetime, now: datetime) -> int:
+def _rewrite(cluster_id, attribution, start: datetime, end: datetime, now: datetime,
+             cover: dict | None = None) -> int:  # fmt: skip
     """The cluster's UsageHour rows of [start, end) from its history, with ``attribution``;
-    returns how many were written."""
+    returns how many were written. ``cover`` gets, per hour (epoch s, as text), the GPUs
+    held and the GPU-hours of them the source reported (the reclaim policy judges only
+    hours whose held GPUs reported, telemetry/reclaim.py)."""
     held = [attribution.gpus[i] for i in attribution.shares]
     cells: dict = defaultdict(lambda: [0.0, 0.0])
+    reported: dict = defaultdict(float)
     for gpu_id, hour, hours, busy in sources.gpu_hours(held, start, end, now, by_hour=True):
         class_id = attribution.gpus[gpu_id].node.gpu_class_id
+        reported[hour] += hours
         for (_, ns), share in attribution.shares[gpu_id].items():
             cell = cells[(ns, class_id, hour)]
             cell[0] += hours * share
             cell[1] += busy * share
+    if cover is not None:
+        hour = start.replace(minute=0, second=0, microsecond=0)
+        while hour < end:
+            cover[str(int(hour.timestamp()))] = [len(held), round(reported.get(hour, 0.0), 3)]
+            hour += HOUR
     UsageHour.objects.filter(cluster_id=cluster_id, hour__gte=start, hour__lt=end).delete()
     made = UsageHour.objects.bulk_create(
         (UsageHour(cluster_id=cluster_id, namespace=ns, gpu_class_id=class_id, hour=hour,
@@ -208,7 +233,9 @@ def backfill_span() -> timedelta:
     return timedelta(hours=float(getattr(settings, "TELEMETRY_USAGE_BACKFILL_HOURS", 24)))
 
 
-def _backfill(cluster_id, now: datetime, attribution, since: datetime, span: timedelta):
+def _backfill(
+    cluster_id, now: datetime, attribution, since: datetime, span: timedelta, cover: dict
+):
     """One more span of GPU-hours before the rows begin, with the current attribution, as
     showback read history before them: so a computation reads at most a span of history,
     and in time no page reads raw history (showback of a month before the rows began read
@@ -223,7 +250,7 @@ def _backfill(cluster_id, now: datetime, attribution, since: datetime, span: tim
     start = max(since - span, horizon)
     if start >= since:
         return since, True, span
-    written = _rewrite(cluster_id, attribution, start, since, now)
+    written = _rewrite(cluster_id, attribution, start, since, now, cover)
     span = backfill_span() if written else min(span * 2, MAX_BACKFILL)
     return start, start <= horizon, span
 

@@ -72,3 +72,15 @@ def refresh_summaries() -> dict[str, float | str]:
     if out:
         log.info("telemetry summaries (seconds per cluster): %s", out)
     return out
+
+
+@shared_task(ignore_result=True, expires=600)
+def reclaim_idle_grants() -> dict[str, int]:
+    """Idle grants under a reclaim policy: warn, lower after the grace, withdraw what is in
+    use again (telemetry.reclaim, issue #25 section 2)."""
+    from . import reclaim
+
+    counts = reclaim.run()
+    if any(counts.values()):
+        log.info("reclaim of idle grants: %s", counts)
+    return counts

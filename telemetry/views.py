@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from inventory.models import GPU_RESOURCE, NamespaceUsage, Node
 from portal.auth import session_or_token
+from quotas import reclaim as reclaim_rules
 from quotas.models import Grant, Team, TeamNamespace
 from quotas.scoping import visible_to
 
@@ -272,6 +273,9 @@ def team(request: HttpRequest, slug: str) -> HttpResponse:
             "idle_classes": classes.idle_by_class(idle, now),
             "threshold": insight.idle_threshold_pct(),
             "window_h": insight.idle_window().total_seconds() / 3600,
+            "reclaims": reclaim_rules.annotated(
+                reclaim_rules.shown_for([ns.pk for ns in namespaces], now), request.user
+            ),
         },
     )
 
@@ -299,6 +303,7 @@ def idle(request: HttpRequest) -> HttpResponse:
             "idle_gpu_hours": sum(c.idle_gpu_hours for c in idle_classes),
             "threshold": insight.idle_threshold_pct(),
             "window_h": insight.idle_window().total_seconds() / 3600,
+            "reclaims": reclaim_rules.annotated(reclaim_rules.shown_for(None, now), request.user),
         },
     )
 

@@ -14,6 +14,7 @@ from .namespaces import (
     namespace_new,
 )
 from .queue import queue
+from .reclaims import reclaim_answer
 from .requests import (
     grant_release,
     grant_renew,
@@ -46,6 +47,7 @@ __all__ = [
     "namespace_new",
     "notifications",
     "queue",
+    "reclaim_answer",
     "request_approve",
     "request_cancel",
     "request_detail",

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from inventory.models import GpuClass
 
-from .. import demand, kueue, offclass, preview
+from .. import demand, kueue, offclass, preview, reclaim
 from ..capacity import bulk_limits
 from ..figures import usable
 from ..limits import EffectiveLimit
@@ -215,9 +215,11 @@ def teams(request: HttpRequest) -> HttpResponse:
         for m in t.memberships.all()
         if m.user_id == user.pk and m.role == Membership.Role.MANAGER
     }
+    reclaims = reclaim.annotated(reclaim.shown_for([ns.pk for ns in namespaces], now), user)
     rows = [
         {
             "team": t,
+            "reclaims": [r for r in reclaims if r.namespace.team_id == t.pk],
             "role": next((m.role for m in t.memberships.all() if m.user_id == user.pk), None),
             "can_manage": user.is_staff or t.pk in manager_of,
             "namespaces": [v for v in views.values() if v.ns.team_id == t.pk],

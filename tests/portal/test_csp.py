@@ -184,6 +184,19 @@ def _pages(user) -> list[str]:
 
     CalendarFeed.issue(user)
     pages += ["/calendar/", "/calendar/?view=hour", "/calendar/feed/", "/calendar/feed/revoke/"]
+    # Idle grants (issue #25 section 2): policies and reclaims, a warning's answer page (a
+    # member who is no manager gets its 403 page).
+    from quotas import reclaim as rules
+    from quotas.models import GrantReclaim, ReclaimPolicy
+
+    warning = GrantReclaim.objects.filter(namespace=ns).first()
+    if warning is None:
+        policy, _ = ReclaimPolicy.objects.get_or_create(cluster=ns.cluster, gpu_class=None)
+        basis = {"hours": 24, "held_now": 4, "busy_peak": 0}
+        finding = rules.Finding(ns, None, "nvidia.com/gpu", 8, 4, basis)
+        warning = rules.warn(policy, finding)
+    pages += ["/telemetry/reclaim/", "/telemetry/reclaim/?show=all",
+              f"/reclaims/{warning.pk}/still-needed/"]  # fmt: skip
     # Notifications (issue #12 section 2): everyone's list; the webhook pages (staff).
     pages.append("/notifications/")
     if user.is_staff:

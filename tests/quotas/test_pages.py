@@ -565,7 +565,7 @@ def test_notification_preferences_save(client, researcher):
     response = client.post(reverse("quotas:notifications"), {k: "on" for k in keep})
     assert response.status_code == 302
     off = set(NotificationOptOut.objects.filter(user=researcher).values_list("kind", flat=True))
-    assert off == {"applied", "expiring", "starting", "expired", "comment"}
+    assert off == {"applied", "expiring", "starting", "expired", "reclaim", "comment"}
     form = client.get(reverse("quotas:notifications")).context["form"]
     assert {name for name in form.fields if form[name].value()} == keep
     client.post(reverse("quotas:notifications"), {k: "on" for k in form.fields})

@@ -417,3 +417,41 @@ def test_recorded_five_minute_means_are_read_where_the_source_says_so(world):
         assert raw_hours[g.pk] == pytest.approx(25, abs=0.1)
         assert hours[g.pk] == pytest.approx(RECORDED_HOURS, abs=0.1)
     assert {a.pod for a in insight.idle_allocations() if a.node == world["node_a"]} == {"idle"}
+
+
+def test_idle_grant_reclaim_cycle_on_prometheus(world):
+    """Issue #25 section 2 with Prometheus as the source, in frozen time within the recorded
+    26 hours: warning, "still needed", the hold's end and a new warning, the lowering."""
+    import time_machine
+
+    from quotas import reclaim as rules
+    from quotas.models import GrantReclaim, ReclaimPolicy
+    from telemetry import reclaim
+
+    start = timezone.now() - timedelta(hours=14)
+    with time_machine.travel(start - timedelta(days=3), tick=False):
+        Grant.objects.create(namespace=world["ns"], resource="nvidia.com/gpu", amount=8,
+                             starts_at=timezone.now(), start_applied=True)  # fmt: skip
+    ReclaimPolicy.objects.create(
+        cluster=world["prod"], enabled=True, idle_hours=6, grace_hours=4, hold_hours=2
+    )
+    manager = make_user("mona")
+    world["vision"].memberships.create(user=manager, role="manager")
+
+    def run(at):
+        with time_machine.travel(at, tick=False):
+            summary.refresh(world["prod"].pk, at, force=True)
+            return reclaim.run(at)
+
+    assert run(start)["warned"] == 1
+    r = GrantReclaim.objects.get()
+    # 3 GPUs held now (2 busy at 80 %, 1 idle), and 3 held in busy hours: 5 of 8 unused.
+    assert (r.granted, r.unused, r.basis["held_now"], r.basis["busy_peak"]) == (8, 5, 3, 3)
+    assert r.basis["source"] == sources.source_name(world["prod"].pk)
+    rules.answer(r, manager, "the evaluation sweep resumes tonight", start + timedelta(hours=1))
+    counts = run(start + timedelta(hours=3, minutes=30))  # the hold (2 h) ended: warned again
+    assert (counts["withdrawn"], counts["warned"], counts["lowered"]) == (1, 1, 0)
+    assert run(start + timedelta(hours=8))["lowered"] == 1
+    [rest] = Grant.objects.filter(namespace=world["ns"], ended_at__isnull=True)
+    assert rest.amount == 3
+    assert GrantReclaim.objects.get(status="lowered").lowered_by == 5

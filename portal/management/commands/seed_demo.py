@@ -79,6 +79,13 @@ def review_times() -> int:
     return len(decided)
 
 
+def reclaim_policy(cluster: Cluster, admin) -> None:
+    """The demo cluster reclaims grants idle for a day, after two days' grace (#25)."""
+    from quotas.reclaim import set_policy
+
+    set_policy(cluster, None, admin, enabled=True, idle_hours=24, grace_hours=48, hold_hours=168)
+
+
 def held_since(start) -> int:
     """The seeded permanent grants (baselines, adopted quotas, approved permanent requests)
     have been held since ``start``: the telemetry backfill's first day, so a fresh demo's
@@ -205,6 +212,7 @@ class Command(BaseCommand):
             weights(other)
         if fresh:
             review_times()
+            reclaim_policy(cluster, admin)
         if fresh and opts["history_days"] > 0:
             start = timezone.now() - timedelta(days=opts["history_days"])
             held_since(start)
