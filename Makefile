@@ -13,7 +13,7 @@ ARGS ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help venv k8s demo test lint fmt bench bench-quota bench-ingest bench-auth bench-signin \
-	bench-telemetry bench-podruns bench-worker-kill bench-pages
+	bench-telemetry bench-podruns bench-worker-kill bench-pages bench-reclaim
 
 help:
 	@echo "make demo   run the portal with the demo cluster, embedded Postgres and Redis,"
@@ -29,6 +29,7 @@ help:
 	@echo "make bench-auth  what authentication and RBAC cost per request in the simulated cluster"
 	@echo "make bench-telemetry  telemetry pages at 5,000 nodes x 8 GPUs: Prometheus source vs agent ingest"
 	@echo "make bench-podruns  recording ended GPU pods and a month of allocated GPU-hours at fleet size"
+	@echo "make bench-reclaim  the idle-grant reclaim pass over 5,000 team namespaces"
 	@echo "make bench-worker-kill  a worker killed with kill -9 mid-apply: time until its operation completes"
 	@echo "make bench-pages  every page and API list, admin and member, cold and warm, at 500 and 5,000 nodes, then bench-telemetry"
 	@echo "make venv   create or update .venv from $(REQUIREMENTS)"
@@ -90,6 +91,9 @@ bench-telemetry: venv
 
 bench-podruns: venv
 	$(VENV_PY) -m devstack run -- $(VENV_PY) bench/podruns_bench.py $(ARGS)
+
+bench-reclaim: venv
+	$(VENV_PY) -m devstack run -- $(VENV_PY) bench/reclaim_bench.py $(ARGS)
 
 bench-pages: venv
 	$(VENV_PY) -m devstack run -- $(VENV_PY) bench/pages_bench.py $(ARGS)

@@ -46,12 +46,19 @@ def main(argv: list[str] | None = None) -> int:
         help="write a kubeconfig with a token of that ServiceAccount",
     )
     ap.add_argument("--no-kueue", action="store_true", help="do not run Kueue")
+    ap.add_argument(
+        "--kueue-fair-sharing", action="store_true",
+        help="turn on Kueue's fair sharing (ClusterQueues report their weighted share)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
 
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
-    plane = ControlPlane(args.workdir, kueue=not args.no_kueue, port=args.port)
+    plane = ControlPlane(
+        args.workdir, kueue=not args.no_kueue, kueue_fair_sharing=args.kueue_fair_sharing,
+        port=args.port,
+    )  # fmt: skip
     emulator = None
     try:
         plane.start()

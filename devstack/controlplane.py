@@ -90,12 +90,16 @@ class ControlPlane:
         *,
         binaries: Path | None = None,
         kueue: bool = True,
+        kueue_fair_sharing: bool = False,
         port: int = 0,
     ):
         self.workdir = Path(workdir)
         self.port = port
         self.binaries = binaries
         self.with_kueue = kueue
+        # Kueue's fair sharing (its Configuration's fairSharing stanza): off for the test
+        # planes, whose preemption tests assume classic preemption; on for the demo's.
+        self.kueue_fair_sharing = kueue_fair_sharing
         self.components: list[Component] = []
         self.failure = ""
         self.url = ""

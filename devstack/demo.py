@@ -133,8 +133,8 @@ def sim_command(
         workdir = kubeconfig.parent / f"controlplane-{Path(fleet).stem}"
         argv = [py, "-m", "devstack.cluster", "--fleet", fleet, "--port", str(port),
                 "--workdir", str(workdir)]  # fmt: skip
-        if not kueue:
-            argv.append("--no-kueue")
+        # The demo's Kueue cluster shares fairly, so teams see their weighted share (#25).
+        argv.append("--kueue-fair-sharing" if kueue else "--no-kueue")
     else:
         argv = [py, "-m", "simcluster", "--fleet", fleet, "--port", str(port)]
     for manifest in PORTAL_MANIFESTS:

@@ -68,6 +68,13 @@ def start(plane, ca, bin_dir: Path, logs: Path, began: float, timeout: float) ->
         "internalCertManagement": {"enable": False},
         "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
     }
+    if plane.kueue_fair_sharing:
+        # A non-nil fairSharing turns it on (Kueue v0.17 cmd/kueue/main.go: "if
+        # cfg.FairSharing != nil"); ClusterQueues then report status.fairSharing.weightedShare
+        # (pkg/controller/core/clusterqueue_controller.go). The strategies are Kueue's defaults.
+        config["fairSharing"] = {
+            "preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]
+        }
     address = kueuevisibility.host_address()
     flags = []
     if address:

@@ -33,7 +33,7 @@ from inventory.models import GPU_RESOURCE, GpuPod, NamespaceUsage
 from quotas import reclaim as rules
 from quotas.models import Grant, GrantReclaim
 
-from . import summary
+from . import sources, summary
 from .insight import MIN_COVERAGE, idle_threshold_pct
 from .measured import measured_cluster_ids
 from .models import UsageHour
@@ -129,12 +129,16 @@ def findings(now: datetime | None = None, cluster_ids=None) -> tuple[list, dict]
         if g.kind == Grant.Kind.REQUEST:
             groups[(g.namespace, g.gpu_class_id)].append(g)
     judged = {}
+    judges: dict = {}  # (cluster id, start): whether its telemetry covers the window
     for (ns, class_id), group in groups.items():
         policy = rules.policy_for(policies, ns.cluster_id, class_id)
         if policy is None or not policy.enabled:
             continue
         start, end = window_of(policy, now)
-        if not cover[ns.cluster_id].judges(start, end) or max(g.starts_at for g in group) > start:
+        key = (ns.cluster_id, start)
+        if key not in judges:
+            judges[key] = cover[ns.cluster_id].judges(start, end)
+        if not judges[key] or max(g.starts_at for g in group) > start:
             continue
         judged[(ns, class_id)] = (policy, start, end, sum(g.amount for g in group))
     if not judged:
@@ -144,8 +148,10 @@ def findings(now: datetime | None = None, cluster_ids=None) -> tuple[list, dict]
     held = _held_now(namespaces)
     requested = _requested(namespaces)
     out = []
+    names = {c: sources.source_name(c) for c in {ns.cluster_id for ns, _ in judged}}
     for (ns, class_id), (policy, start, end, granted) in judged.items():
-        held_now = sum(h for (n, c), h in held.items() if n == ns.pk and class_id in (None, c))
+        by_class = held.get(ns.pk, {})
+        held_now = sum(by_class.values()) if class_id is None else by_class.get(class_id, 0)
         peak = busy.get((ns.pk, class_id), 0)
         unused = granted - max(held_now, peak)
         unused = min(unused, totals[ns.pk] - requested.get(ns.pk, 0))
@@ -154,41 +160,38 @@ def findings(now: datetime | None = None, cluster_ids=None) -> tuple[list, dict]
         basis = {
             "hours": policy.idle_hours, "window_start": start.isoformat(),
             "window_end": end.isoformat(), "held_now": held_now, "busy_peak": peak,
-            "threshold_pct": idle_threshold_pct(), "source": _source(ns.cluster_id),
+            "threshold_pct": idle_threshold_pct(), "source": names[ns.cluster_id],
         }  # fmt: skip
         out.append(rules.Finding(ns, class_id, GPU_RESOURCE, granted, unused, basis))
     return out, cover
 
 
-def _source(cluster_id) -> str:
-    from . import sources
-
-    return sources.source_name(cluster_id)
-
-
 def _busy_peaks(judged: dict) -> dict:
-    """{(namespace id, class id or None): the most GPUs held in a busy hour of its window}."""
+    """{(namespace id, class id or None): the most GPUs held in a busy hour of its window}.
+    One query; each group reads only its namespace's rows."""
     threshold = idle_threshold_pct()
     out: dict = defaultdict(int)
     earliest = min(start for _, start, _, _ in judged.values())
-    rows = UsageHour.objects.filter(
-        cluster_id__in={ns.cluster_id for ns, _ in judged},
-        namespace__in={ns.name for ns, _ in judged},
-        hour__gte=earliest,
-    ).values("cluster_id", "namespace", "gpu_class_id", "hour")
-    per_hour: dict = defaultdict(lambda: [0.0, 0.0])
-    rows = rows.annotate(a=Sum("allocated"), b=Sum("busy"))
+    rows = (
+        UsageHour.objects.filter(
+            cluster_id__in={ns.cluster_id for ns, _ in judged},
+            namespace__in={ns.name for ns, _ in judged},
+            hour__gte=earliest,
+        )
+        .values("cluster_id", "namespace", "gpu_class_id", "hour")
+        .annotate(a=Sum("allocated"), b=Sum("busy"))
+    )
+    by_ns: dict = defaultdict(list)  # (cluster id, namespace) -> [(class id, hour, a, b)]
     for r in rows:
-        per_hour[(r["cluster_id"], r["namespace"], r["gpu_class_id"], r["hour"])] = [r["a"], r["b"]]
+        by_ns[(r["cluster_id"], r["namespace"])].append(
+            (r["gpu_class_id"], r["hour"], r["a"], r["b"])
+        )
     for (ns, class_id), (_, start, end, _) in judged.items():
         hours: dict = defaultdict(lambda: [0.0, 0.0])
-        for (cid, name, row_class, hour), (a, b) in per_hour.items():
-            if (cid, name) != (ns.cluster_id, ns.name) or not start <= hour < end:
-                continue
-            if class_id is not None and row_class != class_id:
-                continue
-            hours[hour][0] += a
-            hours[hour][1] += b
+        for row_class, hour, a, b in by_ns.get((ns.cluster_id, ns.name), ()):
+            if start <= hour < end and (class_id is None or row_class == class_id):
+                hours[hour][0] += a
+                hours[hour][1] += b
         for a, b in hours.values():
             if a > 0 and 100 * b / a >= threshold:
                 out[(ns.pk, class_id)] = max(out[(ns.pk, class_id)], _gpus(a))
@@ -196,10 +199,10 @@ def _busy_peaks(judged: dict) -> dict:
 
 
 def _held_now(namespaces) -> dict:
-    """{(namespace id, class id): whole GPUs its non-terminal pods request on nodes of the
-    class} from the inventory."""
+    """{namespace id: {class id: whole GPUs its non-terminal pods request on nodes of the
+    class}} from the inventory."""
     keys = {(ns.cluster_id, ns.name): ns.pk for ns in namespaces}
-    out: dict = defaultdict(int)
+    out: dict = defaultdict(lambda: defaultdict(int))
     pods = (
         GpuPod.objects.filter(
             cluster_id__in={c for c, _ in keys},
@@ -214,7 +217,7 @@ def _held_now(namespaces) -> dict:
         if ns_id is None:
             continue
         try:
-            out[(ns_id, class_id)] += int((requests or {}).get(GPU_RESOURCE, 0))
+            out[ns_id][class_id] += int((requests or {}).get(GPU_RESOURCE, 0))
         except (TypeError, ValueError):
             continue
     return out

@@ -9,6 +9,8 @@ existing workloads are kept.
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from inventory.models import Cluster
 
 from ._seed_clusters import approve_grants, connect
@@ -23,6 +25,9 @@ GRANTS = [
     ("nlp", "nlp-research", [(H100, GPU, 4, 30, "Fine-tuning the 7B model on the new corpus"),
                              (V100, GPU, 8, None, "Evaluation sweeps")]),
 ]  # fmt: skip
+
+
+WEIGHTS = {"vision": Decimal("2")}
 
 
 def seed(stdout, portal_kubeconfig: str, admin_kubeconfig: str, admin) -> Cluster | None:
@@ -40,7 +45,10 @@ def seed(stdout, portal_kubeconfig: str, admin_kubeconfig: str, admin) -> Cluste
     namespaces, fresh = approve_grants(cluster, GRANTS, admin)
     if fresh:
         for ns in namespaces.values():
-            set_queue_settings(ns.team, cluster, admin, cohort="research")
+            # Vision weighs twice in the cohort's fair sharing (the demo's Kueue shares
+            # fairly, devstack/demo.py); nothing is preempted (the pages show borrowing).
+            weight = WEIGHTS.get(ns.team.slug)
+            set_queue_settings(ns.team, cluster, admin, cohort="research", fair_weight=weight)
     from devstack.demo_workloads import create
     from quotas.tasks import reconcile_quotas
 
