@@ -156,3 +156,13 @@ def peak_rss_mb() -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def django_on_fresh_database(name: str) -> None:
+    """Point Django at a fresh, migrated database ``name`` and set it up (quiet logs)."""
+    os.environ["DATABASE_URL"] = fresh_database(name)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    import django
+
+    django.setup()

@@ -20,7 +20,6 @@ next pass in seconds, far within the beat's interval (600 s).
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -30,18 +29,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.common import fresh_database, log  # noqa: E402
+from bench.common import django_on_fresh_database, log  # noqa: E402
 
 BENCH_DB = "portal_bench_reclaim"
 
 
 def setup(args):
-    os.environ["DATABASE_URL"] = fresh_database(BENCH_DB)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    import django
-
-    django.setup()
+    django_on_fresh_database(BENCH_DB)
     from django.utils import timezone
 
     from inventory.models import Cluster, GpuPod, NamespaceUsage, Node

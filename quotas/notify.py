@@ -62,6 +62,11 @@ def _link(req: QuotaRequest) -> str:
     return settings.PORTAL_URL.rstrip("/") + reverse("quotas:request", args=[req.pk])
 
 
+def _members(team) -> list:
+    """Everyone in the team (grant reminders and reclaims go to all of them)."""
+    return [m.user for m in Membership.objects.filter(team=team).select_related("user")]
+
+
 def _team_people(req: QuotaRequest):
     managers = [
         m.user
@@ -204,7 +209,7 @@ def grant_expiring(
     grant, days: int, lowering: dict | None = None, backend: str = "resourcequota"
 ) -> None:
     team = grant.namespace.team
-    people = [m.user for m in Membership.objects.filter(team=team).select_related("user")]
+    people = _members(team)
     send(
         Kind.EXPIRING, people,
         f"[GPU portal] {grant.amount} {grant.resource} in {grant.namespace} ends in {days} days",
@@ -217,7 +222,7 @@ def grant_expiring(
 
 def booking_starting(grant, now: datetime) -> None:
     team = grant.namespace.team
-    people = [m.user for m in Membership.objects.filter(team=team).select_related("user")]
+    people = _members(team)
     hours = max(1, round((grant.starts_at - now).total_seconds() / 3600))
     kind = grant.gpu_class.name if grant.gpu_class else "any class"
     send(
@@ -234,7 +239,7 @@ def booking_starting(grant, now: datetime) -> None:
 
 def grant_expired(grant, lowering: dict | None = None, backend: str = "resourcequota") -> None:
     team = grant.namespace.team
-    people = [m.user for m in Membership.objects.filter(team=team).select_related("user")]
+    people = _members(team)
     send(
         Kind.EXPIRED, people,
         f"[GPU portal] {grant.amount} {grant.resource} in {grant.namespace} has ended",
@@ -249,7 +254,7 @@ def reclaim_warned(reclaim) -> None:
     from .reclaim import explain
 
     ns = reclaim.namespace
-    people = [m.user for m in Membership.objects.filter(team=ns.team).select_related("user")]
+    people = _members(ns.team)
     send(
         Kind.RECLAIM, people,
         f"[GPU portal] {reclaim.unused} idle {reclaim.resource} in {ns} go back on "
@@ -264,7 +269,7 @@ def reclaim_warned(reclaim) -> None:
 
 def reclaim_lowered(reclaim) -> None:
     ns = reclaim.namespace
-    people = [m.user for m in Membership.objects.filter(team=ns.team).select_related("user")]
+    people = _members(ns.team)
     send(
         Kind.RECLAIM, people,
         f"[GPU portal] {reclaim.lowered_by} idle {reclaim.resource} of {ns} went back",
