@@ -174,6 +174,9 @@ def child_env(services: Services, data: Path, portal_kubeconfig: Path) -> dict[s
     # The demo fleet's mig-manager sees a ConfigMap write after 3 s (gpuOperator
     # configMountDelay), not a kubelet's minute: the MIG coordinator waits that long.
     env.setdefault("MIG_CONFIG_MOUNT_SECONDS", "5")
+    # The reclaim policy's pass (issue #25): every minute, so the seeded idle grant's
+    # warning shows within a minute of the start, not ten.
+    env.setdefault("RECLAIM_INTERVAL_SECONDS", "60")
     env.update(demo_web_env(env))
     # /metrics names teams and namespaces: the demo needs a scrape token too (issue #11).
     if not env.get("METRICS_TOKEN") and not env.get("METRICS_TOKEN_FILE"):

@@ -64,13 +64,16 @@ def policy_for(policies: dict, cluster_id, gpu_class_id) -> ReclaimPolicy | None
     return own or policies.get((cluster_id, None))
 
 
-def reclaimable_grants(ns: TeamNamespace, gpu_class_id, resource: str, now: datetime):
+def reclaimable_grants(
+    ns: TeamNamespace, gpu_class_id, resource: str, now: datetime, started_by: datetime
+):
     """The grants a policy may lower: approved requests' grants of the class, active now
-    (baselines are the admins' own floor), newest first."""
+    and started by the idle window's start (baselines are the admins' own floor; a grant
+    younger than the window was not idle that long), newest first."""
     return (
         Grant.objects.active_at(now)
         .filter(namespace=ns, gpu_class_id=gpu_class_id, resource=resource)
-        .filter(kind=Grant.Kind.REQUEST)
+        .filter(kind=Grant.Kind.REQUEST, starts_at__lte=started_by)
         .order_by("-starts_at", "-created_at")
     )
 
@@ -168,7 +171,8 @@ def lower(reclaim: GrantReclaim, amount: int, now: datetime | None = None) -> in
     left = min(amount, reclaim.unused)
     taken = 0
     changes = []
-    for grant in reclaimable_grants(ns, reclaim.gpu_class_id, reclaim.resource, now):
+    started_by = _window_start(reclaim)
+    for grant in reclaimable_grants(ns, reclaim.gpu_class_id, reclaim.resource, now, started_by):
         if left <= 0:
             break
         cut = min(left, grant.amount)
@@ -199,6 +203,14 @@ def lower(reclaim: GrantReclaim, amount: int, now: datetime | None = None) -> in
     enqueue_apply(ns, reason="reclaim")
     notify.reclaim_lowered(reclaim)
     return taken
+
+
+def _window_start(reclaim: GrantReclaim) -> datetime:
+    """The idle window's start at the warning (grants started later are not lowered)."""
+    start = (reclaim.basis or {}).get("window_start")
+    if start:
+        return datetime.fromisoformat(start)
+    return reclaim.warned_at - timedelta(hours=reclaim.policy.idle_hours)
 
 
 def _snapshot(reclaim: GrantReclaim) -> dict:

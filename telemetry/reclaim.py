@@ -126,8 +126,7 @@ def findings(now: datetime | None = None, cluster_ids=None) -> tuple[list, dict]
     totals: dict = defaultdict(int)
     for g in grants:
         totals[g.namespace_id] += g.amount
-        if g.kind == Grant.Kind.REQUEST:
-            groups[(g.namespace, g.gpu_class_id)].append(g)
+        groups[(g.namespace, g.gpu_class_id)].append(g)
     judged = {}
     judges: dict = {}  # (cluster id, start): whether its telemetry covers the window
     for (ns, class_id), group in groups.items():
@@ -135,12 +134,14 @@ def findings(now: datetime | None = None, cluster_ids=None) -> tuple[list, dict]
         if policy is None or not policy.enabled:
             continue
         start, end = window_of(policy, now)
+        old = sum(g.amount for g in group if g.kind == Grant.Kind.REQUEST and g.starts_at <= start)
+        if not old:
+            continue
         key = (ns.cluster_id, start)
         if key not in judges:
             judges[key] = cover[ns.cluster_id].judges(start, end)
-        if not judges[key] or max(g.starts_at for g in group) > start:
-            continue
-        judged[(ns, class_id)] = (policy, start, end, sum(g.amount for g in group))
+        if judges[key]:
+            judged[(ns, class_id)] = (policy, start, end, sum(g.amount for g in group), old)
     if not judged:
         return [], cover
     namespaces = {ns for ns, _ in judged}
@@ -149,18 +150,21 @@ def findings(now: datetime | None = None, cluster_ids=None) -> tuple[list, dict]
     requested = _requested(namespaces)
     out = []
     names = {c: sources.source_name(c) for c in {ns.cluster_id for ns, _ in judged}}
-    for (ns, class_id), (policy, start, end, granted) in judged.items():
+    for (ns, class_id), (policy, start, end, granted, old) in judged.items():
         by_class = held.get(ns.pk, {})
         held_now = sum(by_class.values()) if class_id is None else by_class.get(class_id, 0)
         peak = busy.get((ns.pk, class_id), 0)
-        unused = granted - max(held_now, peak)
+        # What pods hold (or held busily) is covered by the class's grants first (baselines
+        # and young grants too); what is left is unused, and the old request grants give it.
+        unused = min(old, granted - max(held_now, peak))
         unused = min(unused, totals[ns.pk] - requested.get(ns.pk, 0))
         if unused < 1:
             continue
         basis = {
             "hours": policy.idle_hours, "window_start": start.isoformat(),
             "window_end": end.isoformat(), "held_now": held_now, "busy_peak": peak,
-            "threshold_pct": idle_threshold_pct(), "source": names[ns.cluster_id],
+            "reclaimable": old, "threshold_pct": idle_threshold_pct(),
+            "source": names[ns.cluster_id],
         }  # fmt: skip
         out.append(rules.Finding(ns, class_id, GPU_RESOURCE, granted, unused, basis))
     return out, cover
@@ -171,7 +175,7 @@ def _busy_peaks(judged: dict) -> dict:
     One query; each group reads only its namespace's rows."""
     threshold = idle_threshold_pct()
     out: dict = defaultdict(int)
-    earliest = min(start for _, start, _, _ in judged.values())
+    earliest = min(start for _, start, _, _, _ in judged.values())
     rows = (
         UsageHour.objects.filter(
             cluster_id__in={ns.cluster_id for ns, _ in judged},
@@ -186,7 +190,7 @@ def _busy_peaks(judged: dict) -> dict:
         by_ns[(r["cluster_id"], r["namespace"])].append(
             (r["gpu_class_id"], r["hour"], r["a"], r["b"])
         )
-    for (ns, class_id), (_, start, end, _) in judged.items():
+    for (ns, class_id), (_, start, end, _, _) in judged.items():
         hours: dict = defaultdict(lambda: [0.0, 0.0])
         for row_class, hour, a, b in by_ns.get((ns.cluster_id, ns.name), ()):
             if start <= hour < end and (class_id is None or row_class == class_id):

@@ -305,3 +305,21 @@ def test_api_lists_answers_and_sets_policies(world, sim_cluster):
     assert off.status_code == 200 and (off.json()["enabled"], off.json()["state"]) == (False, "off")
     r.refresh_from_db()
     assert r.status == "withdrawn"
+
+
+def test_baselines_and_young_grants_cover_the_pods_first_and_are_never_lowered(world):
+    """Pods' GPUs are covered by every grant of the class; only old request grants go."""
+    ns = world["ns"]
+    with time_machine.travel(T0 - timedelta(days=3), tick=False):
+        baseline = make_grant(ns, 4, kind=Grant.Kind.BASELINE)
+    with time_machine.travel(T0 - timedelta(hours=1), tick=False):
+        young = make_grant(ns, 2, days=5)
+    run_at(T0)
+    r = GrantReclaim.objects.get()
+    # 12 granted, the pod holds 2: 10 unused, of which the old request grant gives its 6.
+    assert (r.granted, r.unused, r.basis["reclaimable"]) == (12, 6, 6)
+    assert run_at(T0 + timedelta(hours=25))["lowered"] == 1
+    world["grant"].refresh_from_db()
+    assert world["grant"].end_reason == "reclaimed"
+    assert set(Grant.objects.filter(ended_at__isnull=True)) == {baseline, young}
+    assert not Grant.objects.filter(ended_at__isnull=True, amount=0).exists()

@@ -79,11 +79,17 @@ def review_times() -> int:
     return len(decided)
 
 
-def reclaim_policy(cluster: Cluster, admin) -> None:
-    """The demo cluster reclaims grants idle for a day, after two days' grace (#25)."""
+def reclaim_policy(cluster: Cluster, admin, start) -> None:
+    """The demo cluster reclaims grants idle for a day, after two days' grace (#25); vision's
+    two-week grant was approved at ``start`` (the history's first day) and its pods never
+    needed it beyond the baselines, so the first pass warns them (in a minute: the demo's
+    RECLAIM_INTERVAL_SECONDS)."""
+    from quotas.models import Grant
     from quotas.reclaim import set_policy
 
     set_policy(cluster, None, admin, enabled=True, idle_hours=24, grace_hours=48, hold_hours=168)
+    Grant.objects.filter(namespace__cluster=cluster, kind=Grant.Kind.REQUEST,
+                         ends_at__isnull=False).update(starts_at=start)  # fmt: skip
 
 
 def held_since(start) -> int:
@@ -212,10 +218,10 @@ class Command(BaseCommand):
             weights(other)
         if fresh:
             review_times()
-            reclaim_policy(cluster, admin)
         if fresh and opts["history_days"] > 0:
             start = timezone.now() - timedelta(days=opts["history_days"])
             held_since(start)
+            reclaim_policy(cluster, admin, start)
             pod_history(clusters, start, timezone.now())
         from inventory.connect import rerun
 
