@@ -72,8 +72,15 @@ def test_seed_demo_is_idempotent_and_makes_the_roles_visible(demo_sim, capsys, s
     permanent = Grant.objects.filter(ends_at__isnull=True)
     assert permanent.exists()
     assert all(abs((g.starts_at - week_ago).total_seconds()) < 120 for g in permanent)
+    # Vision's two-week grant began with the history too: the demo's idle grant under the
+    # demo cluster's reclaim policy (issue #25 section 2), which the seed turns on.
     timed = Grant.objects.filter(ends_at__isnull=False).get()
-    assert timed.starts_at > week_ago + timedelta(days=6)  # its window as approved
+    assert abs((timed.starts_at - week_ago).total_seconds()) < 120
+    from quotas.models import ReclaimPolicy
+
+    assert ReclaimPolicy.objects.get(cluster__slug="demo").snapshot() == {
+        "enabled": True, "idle_hours": 24, "grace_hours": 48, "hold_hours": 168
+    }  # fmt: skip
     # And the week of ended GPU pods the sync would have recorded: 8 per whole-GPU class,
     # in the cluster's team namespaces, inside the week.
     from inventory.models import GpuClass, PodRun
