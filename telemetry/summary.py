@@ -24,6 +24,9 @@ one :class:`~telemetry.models.ClusterSummary` row:
   computation fills the last day, and each of the beat's computations then one more span
   before, back to the hourly points' retention: ``usage_complete``, :func:`_backfill`),
   which showback and the team page sum (telemetry.showback.used_cells);
+- ``usage_cover``: per hour of the last 31 days, the GPUs held and the GPU-hours of them
+  the source reported (the idle-grant reclaim policy judges only hours whose held GPUs
+  reported at least 80 %, telemetry/reclaim.py);
 - ``definition``: the idle threshold and window and the source it was computed with.
 
 Every page, the API, the node page's badges and ``/metrics`` read these rows through
