@@ -158,6 +158,13 @@ def withdraw(reclaim: GrantReclaim, note: str, now: datetime | None = None) -> b
 
 
 @transaction.atomic
+def grants_left(reclaim: GrantReclaim, now: datetime) -> bool:
+    """Whether any grant the reclaim could lower is still active."""
+    ns = reclaim.namespace
+    started_by = window_start(reclaim)
+    return reclaimable_grants(ns, reclaim.gpu_class_id, reclaim.resource, now, started_by).exists()
+
+
 def lower(reclaim: GrantReclaim, amount: int, now: datetime | None = None) -> int:
     """The grace ended: take back ``amount`` (at most the warning's unused part) from the
     namespace's request grants of the class, newest first. Returns how many went back."""
@@ -171,7 +178,7 @@ def lower(reclaim: GrantReclaim, amount: int, now: datetime | None = None) -> in
     left = min(amount, reclaim.unused)
     taken = 0
     changes = []
-    started_by = _window_start(reclaim)
+    started_by = window_start(reclaim)
     for grant in reclaimable_grants(ns, reclaim.gpu_class_id, reclaim.resource, now, started_by):
         if left <= 0:
             break
@@ -205,7 +212,7 @@ def lower(reclaim: GrantReclaim, amount: int, now: datetime | None = None) -> in
     return taken
 
 
-def _window_start(reclaim: GrantReclaim) -> datetime:
+def window_start(reclaim: GrantReclaim) -> datetime:
     """The idle window's start at the warning (grants started later are not lowered)."""
     start = (reclaim.basis or {}).get("window_start")
     if start:

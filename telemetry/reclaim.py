@@ -264,7 +264,9 @@ def run(now: datetime | None = None) -> dict[str, int]:
             if c is not None and not c.judges(*window_of(r.policy, now)):
                 counts["waiting"] += 1  # no data: neither lowered nor withdrawn
                 continue
-            counts["withdrawn"] += rules.withdraw(r, "its GPUs are in use again", now)
+            why = ("its GPUs are in use again" if rules.grants_left(r, now)
+                   else "its grants ended or were released")  # fmt: skip
+            counts["withdrawn"] += rules.withdraw(r, why, now)
         elif now >= r.grace_ends_at:
             counts["lowered"] += bool(rules.lower(r, finding.unused, now))
     policies = rules.policies_by_scope()

@@ -323,3 +323,27 @@ def test_baselines_and_young_grants_cover_the_pods_first_and_are_never_lowered(w
     assert world["grant"].end_reason == "reclaimed"
     assert set(Grant.objects.filter(ended_at__isnull=True)) == {baseline, young}
     assert not Grant.objects.filter(ended_at__isnull=True, amount=0).exists()
+
+
+def test_pods_taking_the_gpus_in_the_grace_withdraw_the_warning(world, sim_cluster):
+    run_at(T0)
+    core = world["core"]
+    core.create_namespaced_pod("vision", pod_body("eval", "gpu-0", gpus=4))
+    wait_for(lambda: core.read_namespaced_pod("eval", "vision").status.phase == "Running")
+    assert sync_cluster(sim_cluster).status == "succeeded"
+    assert run_at(T0 + timedelta(hours=3))["withdrawn"] == 1
+    r = GrantReclaim.objects.get()
+    assert (r.status, r.note) == ("withdrawn", "its GPUs are in use again")
+    assert Grant.objects.get(ended_at__isnull=True).amount == 6
+
+
+def test_a_grant_ending_in_the_grace_withdraws_the_warning(world):
+    from quotas.tasks import process_grant_windows
+
+    run_at(T0)
+    Grant.objects.filter(pk=world["grant"].pk).update(ends_at=T0 + timedelta(hours=2))
+    with time_machine.travel(T0 + timedelta(hours=3), tick=False):
+        assert process_grant_windows()["expired"] == 1
+    assert run_at(T0 + timedelta(hours=4))["withdrawn"] == 1
+    r = GrantReclaim.objects.get()
+    assert (r.status, r.note) == ("withdrawn", "its grants ended or were released")
