@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -32,7 +33,36 @@ def _die_with_parent() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+# How far below the kernel's ephemeral range :func:`free_port` looks.
+PORT_WINDOW = 12000
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
 def free_port() -> int:
+    """A loopback port nothing listens on, for a component to bind, taken below the
+    kernel's ephemeral range: a port from ``bind(0)`` is an ephemeral one, which the kernel
+    may give to an outgoing connection (a component's to etcd or the apiserver, a test's)
+    between this call and the component's bind: Kueue once died with "bind: address
+    already in use" that way and took a test worker's 120 tests with it. Random within the
+    window, checked by binding; ``bind(0)`` where the range leaves no room below it."""
+    low, _ = _ephemeral_range()
+    first = max(1024, low - PORT_WINDOW)
+    rng = random.SystemRandom()
+    for _ in range(200 if low - first >= 1000 else 0):
+        port = rng.randrange(first, low)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
