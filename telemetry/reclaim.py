@@ -96,7 +96,7 @@ def coverage(cluster_ids, now: datetime) -> dict:
     for row in summary.rows(measured, now):
         data = row.data
         out[row.cluster_id] = Coverage(
-            True, summary._dt(data.get("usage_since")), "; ".join(data.get("outages", [])),
+            True, summary.usage_since_of(row), "; ".join(data.get("outages", [])),
             data.get("usage_cover") or {},
         )  # fmt: skip
     for c in measured - set(out):
@@ -166,7 +166,7 @@ def findings(now: datetime | None = None, cluster_ids=None) -> tuple[list, dict]
             "reclaimable": old, "threshold_pct": idle_threshold_pct(),
             "source": names[ns.cluster_id],
         }  # fmt: skip
-        out.append(rules.Finding(ns, class_id, GPU_RESOURCE, granted, unused, basis))
+        out.append(rules.Finding(ns, class_id, GPU_RESOURCE, granted, unused, basis, policy))
     return out, cover
 
 
@@ -269,10 +269,8 @@ def run(now: datetime | None = None) -> dict[str, int]:
             counts["withdrawn"] += rules.withdraw(r, why, now)
         elif now >= r.grace_ends_at:
             counts["lowered"] += bool(rules.lower(r, finding.unused, now))
-    policies = rules.policies_by_scope()
     for f in by_key.values():
-        policy = rules.policy_for(policies, f.namespace.cluster_id, f.gpu_class_id)
-        rules.warn(policy, f, now)
+        rules.warn(f.policy, f, now)
         counts["warned"] += 1
     return counts
 

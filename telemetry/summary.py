@@ -385,7 +385,12 @@ def rows(cluster_ids=None, now: datetime | None = None) -> list[ClusterSummary]:
 def usage_since(cluster_ids, now: datetime | None = None) -> dict:
     """{cluster id: since when its UsageHour rows cover it} for the measured clusters
     among ``cluster_ids`` (their rows computed where needed)."""
-    return {r.cluster_id: _dt(r.data.get("usage_since")) for r in rows(cluster_ids, now)}
+    return {r.cluster_id: usage_since_of(r) for r in rows(cluster_ids, now)}
+
+
+def usage_since_of(row: ClusterSummary) -> datetime | None:
+    """Since when one cluster's UsageHour rows cover it, from its summary row."""
+    return _dt(row.data.get("usage_since"))
 
 
 def read(
