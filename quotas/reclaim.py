@@ -102,7 +102,7 @@ def explain(reclaim: GrantReclaim) -> str:
     held = b.get("held_now", 0)
     return (
         f"{reclaim.unused} of the {reclaim.granted} {reclaim.resource} granted to "
-        f"{reclaim.namespace} ({reclaim.class_name}) were not used for {hours} h: its pods hold "
+        f"{reclaim.namespace} ({reclaim.class_name}) were not used for {hours} h: its pods request "
         f"{held} now and used at most {busy} in any hour of that time"
         + (f" (telemetry: {b['source']})" if b.get("source") else "")
         + "."
